@@ -1,0 +1,432 @@
+from trinity.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class TaskSetSpec(_message.Message):
+    __slots__ = ("name", "path", "format", "split", "prompt_key", "answer_key", "epochs", "selector", "seed", "lease_seconds", "workflow", "reward_fn", "target_pass_rate", "curriculum_temperature", "limit")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_KEY_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_KEY_FIELD_NUMBER: _ClassVar[int]
+    EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    SELECTOR_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_FIELD_NUMBER: _ClassVar[int]
+    REWARD_FN_FIELD_NUMBER: _ClassVar[int]
+    TARGET_PASS_RATE_FIELD_NUMBER: _ClassVar[int]
+    CURRICULUM_TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    path: str
+    format: str
+    split: str
+    prompt_key: str
+    answer_key: str
+    epochs: int
+    selector: str
+    seed: int
+    lease_seconds: float
+    workflow: str
+    reward_fn: str
+    target_pass_rate: float
+    curriculum_temperature: float
+    limit: int
+    def __init__(self, name: _Optional[str] = ..., path: _Optional[str] = ..., format: _Optional[str] = ..., split: _Optional[str] = ..., prompt_key: _Optional[str] = ..., answer_key: _Optional[str] = ..., epochs: _Optional[int] = ..., selector: _Optional[str] = ..., seed: _Optional[int] = ..., lease_seconds: _Optional[float] = ..., workflow: _Optional[str] = ..., reward_fn: _Optional[str] = ..., target_pass_rate: _Optional[float] = ..., curriculum_temperature: _Optional[float] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class TaskSetInfo(_message.Message):
+    __slots__ = ("spec", "size", "total_tasks", "handed_out", "completed", "leased", "epoch", "exhausted")
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_TASKS_FIELD_NUMBER: _ClassVar[int]
+    HANDED_OUT_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    LEASED_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
+    spec: TaskSetSpec
+    size: int
+    total_tasks: int
+    handed_out: int
+    completed: int
+    leased: int
+    epoch: int
+    exhausted: bool
+    def __init__(self, spec: _Optional[_Union[TaskSetSpec, _Mapping]] = ..., size: _Optional[int] = ..., total_tasks: _Optional[int] = ..., handed_out: _Optional[int] = ..., completed: _Optional[int] = ..., leased: _Optional[int] = ..., epoch: _Optional[int] = ..., exhausted: _Optional[bool] = ...) -> None: ...
+
+class CreateTaskSetRequest(_message.Message):
+    __slots__ = ("spec", "replace")
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    REPLACE_FIELD_NUMBER: _ClassVar[int]
+    spec: TaskSetSpec
+    replace: bool
+    def __init__(self, spec: _Optional[_Union[TaskSetSpec, _Mapping]] = ..., replace: _Optional[bool] = ...) -> None: ...
+
+class GetTaskSetRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ListTaskSetsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListTaskSetsResponse(_message.Message):
+    __slots__ = ("tasksets",)
+    TASKSETS_FIELD_NUMBER: _ClassVar[int]
+    tasksets: _containers.RepeatedCompositeFieldContainer[TaskSetInfo]
+    def __init__(self, tasksets: _Optional[_Iterable[_Union[TaskSetInfo, _Mapping]]] = ...) -> None: ...
+
+class LeaseTasksRequest(_message.Message):
+    __slots__ = ("taskset", "consumer", "batch_size", "lease_seconds")
+    TASKSET_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    taskset: str
+    consumer: str
+    batch_size: int
+    lease_seconds: float
+    def __init__(self, taskset: _Optional[str] = ..., consumer: _Optional[str] = ..., batch_size: _Optional[int] = ..., lease_seconds: _Optional[float] = ...) -> None: ...
+
+class LeaseTasksResponse(_message.Message):
+    __slots__ = ("tasks", "exhausted")
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[_common_pb2.Task]
+    exhausted: bool
+    def __init__(self, tasks: _Optional[_Iterable[_Union[_common_pb2.Task, _Mapping]]] = ..., exhausted: _Optional[bool] = ...) -> None: ...
+
+class TaskResult(_message.Message):
+    __slots__ = ("task_id", "epoch", "pass_rate", "samples")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    PASS_RATE_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    epoch: int
+    pass_rate: float
+    samples: int
+    def __init__(self, task_id: _Optional[str] = ..., epoch: _Optional[int] = ..., pass_rate: _Optional[float] = ..., samples: _Optional[int] = ...) -> None: ...
+
+class CompleteTasksRequest(_message.Message):
+    __slots__ = ("taskset", "consumer", "results")
+    TASKSET_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    taskset: str
+    consumer: str
+    results: _containers.RepeatedCompositeFieldContainer[TaskResult]
+    def __init__(self, taskset: _Optional[str] = ..., consumer: _Optional[str] = ..., results: _Optional[_Iterable[_Union[TaskResult, _Mapping]]] = ...) -> None: ...
+
+class CompleteTasksResponse(_message.Message):
+    __slots__ = ("completed", "unknown")
+    COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    UNKNOWN_FIELD_NUMBER: _ClassVar[int]
+    completed: int
+    unknown: int
+    def __init__(self, completed: _Optional[int] = ..., unknown: _Optional[int] = ...) -> None: ...
+
+class ReleaseTasksRequest(_message.Message):
+    __slots__ = ("taskset", "consumer")
+    TASKSET_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    taskset: str
+    consumer: str
+    def __init__(self, taskset: _Optional[str] = ..., consumer: _Optional[str] = ...) -> None: ...
+
+class ReleaseTasksResponse(_message.Message):
+    __slots__ = ("released",)
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    released: int
+    def __init__(self, released: _Optional[int] = ...) -> None: ...
+
+class OperatorSpec(_message.Message):
+    __slots__ = ("name", "params", "options")
+    class ParamsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class OptionsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    params: _containers.ScalarMap[str, float]
+    options: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., params: _Optional[_Mapping[str, float]] = ..., options: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class PriorityReplaySpec(_message.Message):
+    __slots__ = ("enabled", "decay", "use_limit")
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    DECAY_FIELD_NUMBER: _ClassVar[int]
+    USE_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    enabled: bool
+    decay: float
+    use_limit: int
+    def __init__(self, enabled: _Optional[bool] = ..., decay: _Optional[float] = ..., use_limit: _Optional[int] = ...) -> None: ...
+
+class StreamSpec(_message.Message):
+    __slots__ = ("name", "group", "max_deliveries", "claim_idle_ms", "dedupe_ttl_seconds", "operators", "priority_replay", "max_len")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MAX_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_IDLE_MS_FIELD_NUMBER: _ClassVar[int]
+    DEDUPE_TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    OPERATORS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_REPLAY_FIELD_NUMBER: _ClassVar[int]
+    MAX_LEN_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    group: str
+    max_deliveries: int
+    claim_idle_ms: int
+    dedupe_ttl_seconds: float
+    operators: _containers.RepeatedCompositeFieldContainer[OperatorSpec]
+    priority_replay: PriorityReplaySpec
+    max_len: int
+    def __init__(self, name: _Optional[str] = ..., group: _Optional[str] = ..., max_deliveries: _Optional[int] = ..., claim_idle_ms: _Optional[int] = ..., dedupe_ttl_seconds: _Optional[float] = ..., operators: _Optional[_Iterable[_Union[OperatorSpec, _Mapping]]] = ..., priority_replay: _Optional[_Union[PriorityReplaySpec, _Mapping]] = ..., max_len: _Optional[int] = ...) -> None: ...
+
+class StreamStats(_message.Message):
+    __slots__ = ("length", "pending", "lag", "dead_letters", "put", "delivered", "acked", "dropped", "consumers")
+    class DroppedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERS_FIELD_NUMBER: _ClassVar[int]
+    PUT_FIELD_NUMBER: _ClassVar[int]
+    DELIVERED_FIELD_NUMBER: _ClassVar[int]
+    ACKED_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    length: int
+    pending: int
+    lag: int
+    dead_letters: int
+    put: int
+    delivered: int
+    acked: int
+    dropped: _containers.ScalarMap[str, int]
+    consumers: int
+    def __init__(self, length: _Optional[int] = ..., pending: _Optional[int] = ..., lag: _Optional[int] = ..., dead_letters: _Optional[int] = ..., put: _Optional[int] = ..., delivered: _Optional[int] = ..., acked: _Optional[int] = ..., dropped: _Optional[_Mapping[str, int]] = ..., consumers: _Optional[int] = ...) -> None: ...
+
+class StreamInfo(_message.Message):
+    __slots__ = ("spec", "stats")
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    spec: StreamSpec
+    stats: StreamStats
+    def __init__(self, spec: _Optional[_Union[StreamSpec, _Mapping]] = ..., stats: _Optional[_Union[StreamStats, _Mapping]] = ...) -> None: ...
+
+class CreateStreamRequest(_message.Message):
+    __slots__ = ("spec", "exist_ok")
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    EXIST_OK_FIELD_NUMBER: _ClassVar[int]
+    spec: StreamSpec
+    exist_ok: bool
+    def __init__(self, spec: _Optional[_Union[StreamSpec, _Mapping]] = ..., exist_ok: _Optional[bool] = ...) -> None: ...
+
+class GetStreamRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ListStreamsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListStreamsResponse(_message.Message):
+    __slots__ = ("streams",)
+    STREAMS_FIELD_NUMBER: _ClassVar[int]
+    streams: _containers.RepeatedCompositeFieldContainer[StreamInfo]
+    def __init__(self, streams: _Optional[_Iterable[_Union[StreamInfo, _Mapping]]] = ...) -> None: ...
+
+class DeleteStreamRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DeleteStreamResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: bool
+    def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
+
+class PutExperiencesRequest(_message.Message):
+    __slots__ = ("stream", "experiences")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    EXPERIENCES_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    experiences: _containers.RepeatedCompositeFieldContainer[_common_pb2.Experience]
+    def __init__(self, stream: _Optional[str] = ..., experiences: _Optional[_Iterable[_Union[_common_pb2.Experience, _Mapping]]] = ...) -> None: ...
+
+class PutExperiencesResponse(_message.Message):
+    __slots__ = ("accepted", "dropped")
+    class DroppedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    accepted: int
+    dropped: _containers.ScalarMap[str, int]
+    def __init__(self, accepted: _Optional[int] = ..., dropped: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class ReadExperiencesRequest(_message.Message):
+    __slots__ = ("stream", "consumer", "batch_size", "block_ms", "min_model_version")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_MS_FIELD_NUMBER: _ClassVar[int]
+    MIN_MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    consumer: str
+    batch_size: int
+    block_ms: int
+    min_model_version: int
+    def __init__(self, stream: _Optional[str] = ..., consumer: _Optional[str] = ..., batch_size: _Optional[int] = ..., block_ms: _Optional[int] = ..., min_model_version: _Optional[int] = ...) -> None: ...
+
+class DeliveredExperience(_message.Message):
+    __slots__ = ("entry_id", "delivery_count", "experience")
+    ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    EXPERIENCE_FIELD_NUMBER: _ClassVar[int]
+    entry_id: str
+    delivery_count: int
+    experience: _common_pb2.Experience
+    def __init__(self, entry_id: _Optional[str] = ..., delivery_count: _Optional[int] = ..., experience: _Optional[_Union[_common_pb2.Experience, _Mapping]] = ...) -> None: ...
+
+class ReadExperiencesResponse(_message.Message):
+    __slots__ = ("items", "dropped_stale", "reclaimed", "dead_lettered")
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_STALE_FIELD_NUMBER: _ClassVar[int]
+    RECLAIMED_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERED_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[DeliveredExperience]
+    dropped_stale: int
+    reclaimed: int
+    dead_lettered: int
+    def __init__(self, items: _Optional[_Iterable[_Union[DeliveredExperience, _Mapping]]] = ..., dropped_stale: _Optional[int] = ..., reclaimed: _Optional[int] = ..., dead_lettered: _Optional[int] = ...) -> None: ...
+
+class AckExperiencesRequest(_message.Message):
+    __slots__ = ("stream", "entry_ids")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_IDS_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    entry_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, stream: _Optional[str] = ..., entry_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AckExperiencesResponse(_message.Message):
+    __slots__ = ("acked",)
+    ACKED_FIELD_NUMBER: _ClassVar[int]
+    acked: int
+    def __init__(self, acked: _Optional[int] = ...) -> None: ...
+
+class NackExperiencesRequest(_message.Message):
+    __slots__ = ("stream", "consumer", "entry_ids")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_IDS_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    consumer: str
+    entry_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, stream: _Optional[str] = ..., consumer: _Optional[str] = ..., entry_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class NackExperiencesResponse(_message.Message):
+    __slots__ = ("requeued", "dead_lettered")
+    REQUEUED_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERED_FIELD_NUMBER: _ClassVar[int]
+    requeued: int
+    dead_lettered: int
+    def __init__(self, requeued: _Optional[int] = ..., dead_lettered: _Optional[int] = ...) -> None: ...
+
+class TrimStreamRequest(_message.Message):
+    __slots__ = ("stream",)
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    def __init__(self, stream: _Optional[str] = ...) -> None: ...
+
+class TrimStreamResponse(_message.Message):
+    __slots__ = ("removed",)
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    removed: int
+    def __init__(self, removed: _Optional[int] = ...) -> None: ...
+
+class LoadOfflineDataRequest(_message.Message):
+    __slots__ = ("stream", "path", "format", "kind", "split", "prompt_key", "response_key", "messages_key", "chosen_key", "rejected_key", "limit")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_KEY_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_KEY_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_KEY_FIELD_NUMBER: _ClassVar[int]
+    CHOSEN_KEY_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_KEY_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    path: str
+    format: str
+    kind: _common_pb2.ExperienceKind
+    split: str
+    prompt_key: str
+    response_key: str
+    messages_key: str
+    chosen_key: str
+    rejected_key: str
+    limit: int
+    def __init__(self, stream: _Optional[str] = ..., path: _Optional[str] = ..., format: _Optional[str] = ..., kind: _Optional[_Union[_common_pb2.ExperienceKind, str]] = ..., split: _Optional[str] = ..., prompt_key: _Optional[str] = ..., response_key: _Optional[str] = ..., messages_key: _Optional[str] = ..., chosen_key: _Optional[str] = ..., rejected_key: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class LoadOfflineDataResponse(_message.Message):
+    __slots__ = ("loaded", "skipped")
+    LOADED_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    loaded: int
+    skipped: int
+    def __init__(self, loaded: _Optional[int] = ..., skipped: _Optional[int] = ...) -> None: ...
+
+class ExportStreamRequest(_message.Message):
+    __slots__ = ("stream", "path", "format")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    path: str
+    format: str
+    def __init__(self, stream: _Optional[str] = ..., path: _Optional[str] = ..., format: _Optional[str] = ...) -> None: ...
+
+class ExportStreamResponse(_message.Message):
+    __slots__ = ("exported", "path")
+    EXPORTED_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    exported: int
+    path: str
+    def __init__(self, exported: _Optional[int] = ..., path: _Optional[str] = ...) -> None: ...
