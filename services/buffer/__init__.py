@@ -1,0 +1,1 @@
+"""The Buffer service: task sets with leases and curricula, experience streams on Redis Streams."""

@@ -106,16 +106,16 @@ class LeaseTasksResponse(_message.Message):
     def __init__(self, tasks: _Optional[_Iterable[_Union[_common_pb2.Task, _Mapping]]] = ..., exhausted: _Optional[bool] = ...) -> None: ...
 
 class TaskResult(_message.Message):
-    __slots__ = ("task_id", "epoch", "pass_rate", "samples")
+    __slots__ = ("lease_id", "task_id", "pass_rate", "samples")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
-    EPOCH_FIELD_NUMBER: _ClassVar[int]
     PASS_RATE_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
     task_id: str
-    epoch: int
     pass_rate: float
     samples: int
-    def __init__(self, task_id: _Optional[str] = ..., epoch: _Optional[int] = ..., pass_rate: _Optional[float] = ..., samples: _Optional[int] = ...) -> None: ...
+    def __init__(self, lease_id: _Optional[str] = ..., task_id: _Optional[str] = ..., pass_rate: _Optional[float] = ..., samples: _Optional[int] = ...) -> None: ...
 
 class CompleteTasksRequest(_message.Message):
     __slots__ = ("taskset", "consumer", "results")

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17trinity/v1/common.proto\x12\ntrinity.v1\x1a\x1cgoogle/protobuf/struct.proto\":\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\"\x89\x02\n\x04Task\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07taskset\x18\x02 \x01(\t\x12\r\n\x05index\x18\x03 \x01(\x03\x12\r\n\x05\x65poch\x18\x04 \x01(\x05\x12\x0e\n\x06prompt\x18\x05 \x01(\t\x12\x0e\n\x06\x61nswer\x18\x06 \x01(\t\x12)\n\x08messages\x18\x07 \x03(\x0b\x32\x17.trinity.v1.ChatMessage\x12\x10\n\x08workflow\x18\x08 \x01(\t\x12\x11\n\treward_fn\x18\t \x01(\t\x12(\n\x07payload\x18\n \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x11\n\tpass_rate\x18\x0b \x01(\x01\x12\x19\n\x11lease_deadline_ms\x18\x0c \x01(\x03\"?\n\nPreference\x12\x1a\n\x12rejected_token_ids\x18\x01 \x03(\x05\x12\x15\n\rrejected_text\x18\x02 \x01(\t\"\x8d\x07\n\nExperience\x12\n\n\x02id\x18\x01 \x01(\t\x12(\n\x04kind\x18\x02 \x01(\x0e\x32\x1a.trinity.v1.ExperienceKind\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12\x0f\n\x07taskset\x18\x04 \x01(\t\x12\x0f\n\x07task_id\x18\x05 \x01(\t\x12\x10\n\x08group_id\x18\x06 \x01(\t\x12\x15\n\rmodel_version\x18\x07 \x01(\x03\x12\x18\n\x10prompt_token_ids\x18\x08 \x03(\x05\x12\x1a\n\x12response_token_ids\x18\t \x03(\x05\x12\x10\n\x08logprobs\x18\n \x03(\x02\x12\x13\n\x0b\x61\x63tion_mask\x18\x0b \x03(\x08\x12\x15\n\rtoken_rewards\x18\x0c \x03(\x02\x12\x18\n\x10teacher_logprobs\x18\r \x03(\x02\x12\x0e\n\x06reward\x18\x0e \x01(\x02\x12G\n\x11reward_components\x18\x0f \x03(\x0b\x32,.trinity.v1.Experience.RewardComponentsEntry\x12\x34\n\x07metrics\x18\x10 \x03(\x0b\x32#.trinity.v1.Experience.MetricsEntry\x12.\n\x04info\x18\x11 \x03(\x0b\x32 .trinity.v1.Experience.InfoEntry\x12\x13\n\x0bprompt_text\x18\x12 \x01(\t\x12\x15\n\rresponse_text\x18\x13 \x01(\t\x12)\n\x08messages\x18\x14 \x03(\x0b\x32\x17.trinity.v1.ChatMessage\x12*\n\npreference\x18\x15 \x01(\x0b\x32\x16.trinity.v1.Preference\x12\x12\n\nepisode_id\x18\x16 \x01(\t\x12\x12\n\nstep_index\x18\x17 \x01(\x05\x12\x11\n\tstate_key\x18\x18 \x01(\t\x12\x15\n\rfinish_reason\x18\x19 \x01(\t\x12\x0e\n\x06\x66\x61iled\x18\x1a \x01(\x08\x12\r\n\x05\x65rror\x18\x1b \x01(\t\x12\x17\n\x0f\x63reated_unix_ms\x18\x1c \x01(\x03\x1a\x37\n\x15RewardComponentsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\x1a+\n\tInfoEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xe5\x01\n\rServiceStatus\x12\x0f\n\x07service\x18\x01 \x01(\t\x12\x13\n\x0binstance_id\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\x0e\n\x06run_id\x18\x04 \x01(\t\x12\r\n\x05state\x18\x05 \x01(\t\x12\x15\n\rmodel_version\x18\x06 \x01(\x03\x12\x37\n\x07metrics\x18\x07 \x03(\x0b\x32&.trinity.v1.ServiceStatus.MetricsEntry\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\x12\n\x10GetStatusRequest*\x87\x01\n\x0e\x45xperienceKind\x12\x1f\n\x1b\x45XPERIENCE_KIND_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x45XPERIENCE_KIND_ROLLOUT\x10\x01\x12\x17\n\x13\x45XPERIENCE_KIND_SFT\x10\x02\x12\x1e\n\x1a\x45XPERIENCE_KIND_PREFERENCE\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17trinity/v1/common.proto\x12\ntrinity.v1\x1a\x1cgoogle/protobuf/struct.proto\":\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\"\x9b\x02\n\x04Task\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07taskset\x18\x02 \x01(\t\x12\r\n\x05index\x18\x03 \x01(\x03\x12\r\n\x05\x65poch\x18\x04 \x01(\x05\x12\x0e\n\x06prompt\x18\x05 \x01(\t\x12\x0e\n\x06\x61nswer\x18\x06 \x01(\t\x12)\n\x08messages\x18\x07 \x03(\x0b\x32\x17.trinity.v1.ChatMessage\x12\x10\n\x08workflow\x18\x08 \x01(\t\x12\x11\n\treward_fn\x18\t \x01(\t\x12(\n\x07payload\x18\n \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x11\n\tpass_rate\x18\x0b \x01(\x01\x12\x19\n\x11lease_deadline_ms\x18\x0c \x01(\x03\x12\x10\n\x08lease_id\x18\r \x01(\t\"?\n\nPreference\x12\x1a\n\x12rejected_token_ids\x18\x01 \x03(\x05\x12\x15\n\rrejected_text\x18\x02 \x01(\t\"\x8d\x07\n\nExperience\x12\n\n\x02id\x18\x01 \x01(\t\x12(\n\x04kind\x18\x02 \x01(\x0e\x32\x1a.trinity.v1.ExperienceKind\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12\x0f\n\x07taskset\x18\x04 \x01(\t\x12\x0f\n\x07task_id\x18\x05 \x01(\t\x12\x10\n\x08group_id\x18\x06 \x01(\t\x12\x15\n\rmodel_version\x18\x07 \x01(\x03\x12\x18\n\x10prompt_token_ids\x18\x08 \x03(\x05\x12\x1a\n\x12response_token_ids\x18\t \x03(\x05\x12\x10\n\x08logprobs\x18\n \x03(\x02\x12\x13\n\x0b\x61\x63tion_mask\x18\x0b \x03(\x08\x12\x15\n\rtoken_rewards\x18\x0c \x03(\x02\x12\x18\n\x10teacher_logprobs\x18\r \x03(\x02\x12\x0e\n\x06reward\x18\x0e \x01(\x02\x12G\n\x11reward_components\x18\x0f \x03(\x0b\x32,.trinity.v1.Experience.RewardComponentsEntry\x12\x34\n\x07metrics\x18\x10 \x03(\x0b\x32#.trinity.v1.Experience.MetricsEntry\x12.\n\x04info\x18\x11 \x03(\x0b\x32 .trinity.v1.Experience.InfoEntry\x12\x13\n\x0bprompt_text\x18\x12 \x01(\t\x12\x15\n\rresponse_text\x18\x13 \x01(\t\x12)\n\x08messages\x18\x14 \x03(\x0b\x32\x17.trinity.v1.ChatMessage\x12*\n\npreference\x18\x15 \x01(\x0b\x32\x16.trinity.v1.Preference\x12\x12\n\nepisode_id\x18\x16 \x01(\t\x12\x12\n\nstep_index\x18\x17 \x01(\x05\x12\x11\n\tstate_key\x18\x18 \x01(\t\x12\x15\n\rfinish_reason\x18\x19 \x01(\t\x12\x0e\n\x06\x66\x61iled\x18\x1a \x01(\x08\x12\r\n\x05\x65rror\x18\x1b \x01(\t\x12\x17\n\x0f\x63reated_unix_ms\x18\x1c \x01(\x03\x1a\x37\n\x15RewardComponentsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\x1a+\n\tInfoEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xe5\x01\n\rServiceStatus\x12\x0f\n\x07service\x18\x01 \x01(\t\x12\x13\n\x0binstance_id\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\x0e\n\x06run_id\x18\x04 \x01(\t\x12\r\n\x05state\x18\x05 \x01(\t\x12\x15\n\rmodel_version\x18\x06 \x01(\x03\x12\x37\n\x07metrics\x18\x07 \x03(\x0b\x32&.trinity.v1.ServiceStatus.MetricsEntry\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\x12\n\x10GetStatusRequest*\x87\x01\n\x0e\x45xperienceKind\x12\x1f\n\x1b\x45XPERIENCE_KIND_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x45XPERIENCE_KIND_ROLLOUT\x10\x01\x12\x17\n\x13\x45XPERIENCE_KIND_SFT\x10\x02\x12\x1e\n\x1a\x45XPERIENCE_KIND_PREFERENCE\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,26 +40,26 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_EXPERIENCE_INFOENTRY']._serialized_options = b'8\001'
   _globals['_SERVICESTATUS_METRICSENTRY']._loaded_options = None
   _globals['_SERVICESTATUS_METRICSENTRY']._serialized_options = b'8\001'
-  _globals['_EXPERIENCEKIND']._serialized_start=1627
-  _globals['_EXPERIENCEKIND']._serialized_end=1762
+  _globals['_EXPERIENCEKIND']._serialized_start=1645
+  _globals['_EXPERIENCEKIND']._serialized_end=1780
   _globals['_CHATMESSAGE']._serialized_start=69
   _globals['_CHATMESSAGE']._serialized_end=127
   _globals['_TASK']._serialized_start=130
-  _globals['_TASK']._serialized_end=395
-  _globals['_PREFERENCE']._serialized_start=397
-  _globals['_PREFERENCE']._serialized_end=460
-  _globals['_EXPERIENCE']._serialized_start=463
-  _globals['_EXPERIENCE']._serialized_end=1372
-  _globals['_EXPERIENCE_REWARDCOMPONENTSENTRY']._serialized_start=1224
-  _globals['_EXPERIENCE_REWARDCOMPONENTSENTRY']._serialized_end=1279
-  _globals['_EXPERIENCE_METRICSENTRY']._serialized_start=1281
-  _globals['_EXPERIENCE_METRICSENTRY']._serialized_end=1327
-  _globals['_EXPERIENCE_INFOENTRY']._serialized_start=1329
-  _globals['_EXPERIENCE_INFOENTRY']._serialized_end=1372
-  _globals['_SERVICESTATUS']._serialized_start=1375
-  _globals['_SERVICESTATUS']._serialized_end=1604
-  _globals['_SERVICESTATUS_METRICSENTRY']._serialized_start=1558
-  _globals['_SERVICESTATUS_METRICSENTRY']._serialized_end=1604
-  _globals['_GETSTATUSREQUEST']._serialized_start=1606
-  _globals['_GETSTATUSREQUEST']._serialized_end=1624
+  _globals['_TASK']._serialized_end=413
+  _globals['_PREFERENCE']._serialized_start=415
+  _globals['_PREFERENCE']._serialized_end=478
+  _globals['_EXPERIENCE']._serialized_start=481
+  _globals['_EXPERIENCE']._serialized_end=1390
+  _globals['_EXPERIENCE_REWARDCOMPONENTSENTRY']._serialized_start=1242
+  _globals['_EXPERIENCE_REWARDCOMPONENTSENTRY']._serialized_end=1297
+  _globals['_EXPERIENCE_METRICSENTRY']._serialized_start=1299
+  _globals['_EXPERIENCE_METRICSENTRY']._serialized_end=1345
+  _globals['_EXPERIENCE_INFOENTRY']._serialized_start=1347
+  _globals['_EXPERIENCE_INFOENTRY']._serialized_end=1390
+  _globals['_SERVICESTATUS']._serialized_start=1393
+  _globals['_SERVICESTATUS']._serialized_end=1622
+  _globals['_SERVICESTATUS_METRICSENTRY']._serialized_start=1576
+  _globals['_SERVICESTATUS_METRICSENTRY']._serialized_end=1622
+  _globals['_GETSTATUSREQUEST']._serialized_start=1624
+  _globals['_GETSTATUSREQUEST']._serialized_end=1642
 # @@protoc_insertion_point(module_scope)

@@ -30,7 +30,7 @@ class ChatMessage(_message.Message):
     def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("id", "taskset", "index", "epoch", "prompt", "answer", "messages", "workflow", "reward_fn", "payload", "pass_rate", "lease_deadline_ms")
+    __slots__ = ("id", "taskset", "index", "epoch", "prompt", "answer", "messages", "workflow", "reward_fn", "payload", "pass_rate", "lease_deadline_ms", "lease_id")
     ID_FIELD_NUMBER: _ClassVar[int]
     TASKSET_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
@@ -43,6 +43,7 @@ class Task(_message.Message):
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     PASS_RATE_FIELD_NUMBER: _ClassVar[int]
     LEASE_DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     id: str
     taskset: str
     index: int
@@ -55,7 +56,8 @@ class Task(_message.Message):
     payload: _struct_pb2.Struct
     pass_rate: float
     lease_deadline_ms: int
-    def __init__(self, id: _Optional[str] = ..., taskset: _Optional[str] = ..., index: _Optional[int] = ..., epoch: _Optional[int] = ..., prompt: _Optional[str] = ..., answer: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., workflow: _Optional[str] = ..., reward_fn: _Optional[str] = ..., payload: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., pass_rate: _Optional[float] = ..., lease_deadline_ms: _Optional[int] = ...) -> None: ...
+    lease_id: str
+    def __init__(self, id: _Optional[str] = ..., taskset: _Optional[str] = ..., index: _Optional[int] = ..., epoch: _Optional[int] = ..., prompt: _Optional[str] = ..., answer: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., workflow: _Optional[str] = ..., reward_fn: _Optional[str] = ..., payload: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., pass_rate: _Optional[float] = ..., lease_deadline_ms: _Optional[int] = ..., lease_id: _Optional[str] = ...) -> None: ...
 
 class Preference(_message.Message):
     __slots__ = ("rejected_token_ids", "rejected_text")

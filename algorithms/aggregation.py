@@ -1,0 +1,127 @@
+"""Masked reductions and the one loss-aggregation helper every loss shares (verl semantics).
+
+Masks are boolean ``[batch, seq]`` (a float 0/1 mask is accepted and cast). Values at masked positions
+are never read arithmetically: they are replaced by zero with ``torch.where`` first, so padding that
+holds ``-inf`` or NaN (common for log-probabilities) cannot leak into a loss.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+LOSS_AGG_MODES: tuple[str, ...] = (
+    "token-mean",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum",
+    "seq-mean-token-sum-norm",
+)
+
+
+def as_bool_mask(mask: torch.Tensor) -> torch.Tensor:
+    return mask if mask.dtype == torch.bool else mask != 0
+
+
+def masked_fill_zero(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``values`` where ``mask`` else 0 (gradient-safe even when masked values are inf/NaN)."""
+    return torch.where(as_bool_mask(mask), values, torch.zeros((), dtype=values.dtype, device=values.device))
+
+
+def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Sum of ``values`` over positions where ``mask`` is true; ``dim=None`` sums everything."""
+    filled = masked_fill_zero(values, mask)
+    return filled.sum() if dim is None else filled.sum(dim=dim)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Mean over masked positions; 0 (not NaN) where nothing is unmasked.
+
+    Args:
+        values: ``[batch, seq]`` (any shape matching ``mask``).
+        mask: same shape, boolean.
+        dim: reduce one dimension (e.g. ``-1`` gives a per-row ``[batch]`` mean) or all (``None``).
+    """
+    count = as_bool_mask(mask).to(values.dtype)
+    count = count.sum() if dim is None else count.sum(dim=dim)
+    return masked_sum(values, mask, dim) / count.clamp(min=1)
+
+
+def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
+    """Variance over all masked positions (Bessel-corrected by default); 0 with fewer than 2 positions."""
+    mean = masked_mean(values, mask)
+    n = as_bool_mask(mask).sum().to(values.dtype)
+    sq = masked_sum((values - mean) ** 2, mask)
+    denom = (n - 1) if unbiased else n
+    return torch.where(denom > 0, sq / denom.clamp(min=1), torch.zeros_like(sq))
+
+
+def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
+    """``(values - mean) / sqrt(var + 1e-8)`` with batch statistics over masked positions (as verl).
+
+    Returns zeros at masked positions. With ``shift_mean=False`` the mean is added back.
+    """
+    mean = masked_mean(values, mask)
+    whitened = (values - mean) * torch.rsqrt(masked_var(values, mask) + 1e-8)
+    if not shift_mean:
+        whitened = whitened + mean
+    return masked_fill_zero(whitened, mask)
+
+
+def agg_loss(
+    loss_mat: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str = "token-mean",
+    norm_constant: float | None = None,
+) -> torch.Tensor:
+    """Reduce a per-token loss ``[batch, seq]`` to a scalar.
+
+    Modes (``n_i`` = valid tokens of row ``i``, ``B'`` = rows with at least one valid token):
+
+    - ``token-mean``: ``sum_i sum_t l_it / sum_i n_i`` (every token weighs the same).
+    - ``seq-mean-token-mean``: ``mean_{i in B'} (sum_t l_it / n_i)`` (every sequence weighs the same).
+    - ``seq-mean-token-sum``: ``mean_{i in B'} sum_t l_it``.
+    - ``seq-mean-token-sum-norm``: ``sum_i sum_t l_it / norm_constant`` (Dr. GRPO); the constant
+      defaults to ``seq`` (the padded length), so the loss does not depend on response lengths.
+
+    Fully masked rows contribute nothing and never produce NaN; an all-masked batch gives 0.
+    """
+    try:
+        reducer = _AGGREGATORS[mode]
+    except KeyError:
+        raise ValueError(
+            f"unknown loss_agg_mode {mode!r}; known modes: {', '.join(LOSS_AGG_MODES)}"
+        ) from None
+    return reducer(loss_mat, as_bool_mask(mask), norm_constant)
+
+
+def _token_mean(loss: torch.Tensor, mask: torch.Tensor, _: float | None) -> torch.Tensor:
+    return masked_mean(loss, mask)
+
+
+def _seq_mean(per_row: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    # Mean over rows that have tokens: an empty row must not dilute the loss of the others.
+    return masked_mean(per_row, mask.any(dim=-1))
+
+
+def _seq_mean_token_mean(loss: torch.Tensor, mask: torch.Tensor, _: float | None) -> torch.Tensor:
+    return _seq_mean(masked_mean(loss, mask, dim=-1), mask)
+
+
+def _seq_mean_token_sum(loss: torch.Tensor, mask: torch.Tensor, _: float | None) -> torch.Tensor:
+    return _seq_mean(masked_sum(loss, mask, dim=-1), mask)
+
+
+def _seq_mean_token_sum_norm(loss: torch.Tensor, mask: torch.Tensor, norm: float | None) -> torch.Tensor:
+    constant = float(loss.shape[-1]) if norm is None else float(norm)
+    if constant <= 0:
+        raise ValueError(f"seq-mean-token-sum-norm needs a positive norm_constant, got {constant}")
+    return masked_sum(loss, mask) / constant
+
+
+_AGGREGATORS: dict[str, Callable[[torch.Tensor, torch.Tensor, float | None], torch.Tensor]] = {
+    "token-mean": _token_mean,
+    "seq-mean-token-mean": _seq_mean_token_mean,
+    "seq-mean-token-sum": _seq_mean_token_sum,
+    "seq-mean-token-sum-norm": _seq_mean_token_sum_norm,
+}

@@ -1,0 +1,232 @@
+"""Algorithm presets: one per ``algorithm_type`` of the Trinity-RFT table.
+
+A preset only *names* its components (registry names plus hyperparameter overrides) and states what the
+rest of the system must provide (reference model, critic, teacher, Buffer operators, data kind). The
+trainer builds the callables with ``preset.build_*()``; no tensors or state live here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
+
+from .registry import ADVANTAGES, ENTROPY_TERMS, KL_ESTIMATORS, POLICY_LOSSES, VALUE_LOSSES, BoundFn, Registry
+
+DataKind = Literal["rollout", "sft", "preference"]
+DATA_KINDS: tuple[str, ...] = ("rollout", "sft", "preference")
+
+_ARG_FIELDS = ("advantage_args", "policy_loss_args", "entropy_args", "value_loss_args")
+
+
+@dataclass(frozen=True)
+class AlgorithmPreset:
+    """A named composition of registered components with its defaults and requirements.
+
+    Attributes:
+        name: the ``algorithm_type`` string.
+        policy_loss / advantage / entropy / value_loss: registry names (``advantage`` and ``value_loss`` may
+            be ``None`` for algorithms without them, e.g. SFT, DPO).
+        *_args: hyperparameter overrides on top of the registered defaults (read-only mappings).
+        kl_loss / kl_loss_coef: KL estimator used as a loss term (``"none"`` for no term) and its weight.
+        kl_penalty / kl_penalty_coef: KL estimator subtracted from token rewards (``"none"`` for no penalty).
+        needs_reference / needs_critic / needs_teacher: which extra models the trainer must run.
+        required_buffer_operators: Buffer operators the data pipeline must apply (e.g. DAPO's dynamic
+            sampling ``reward_std_filter``).
+        reward_shaping: names of helpers in ``trinity.algorithms.reward_shaping`` the preset expects.
+        data_kind: ``rollout`` (explored experience), ``sft`` (demonstrations) or ``preference`` (DPO pairs).
+        repeat_times: default rollouts per task (the group size for group-relative advantages).
+    """
+
+    name: str
+    description: str
+    policy_loss: str
+    advantage: str | None = None
+    entropy: str = "none"
+    value_loss: str | None = None
+    advantage_args: Mapping[str, Any] = field(default_factory=dict)
+    policy_loss_args: Mapping[str, Any] = field(default_factory=dict)
+    entropy_args: Mapping[str, Any] = field(default_factory=dict)
+    value_loss_args: Mapping[str, Any] = field(default_factory=dict)
+    kl_loss: str = "none"
+    kl_loss_coef: float = 0.001
+    kl_penalty: str = "none"
+    kl_penalty_coef: float = 0.0
+    needs_reference: bool = False
+    needs_critic: bool = False
+    needs_teacher: bool = False
+    required_buffer_operators: tuple[str, ...] = ()
+    reward_shaping: tuple[str, ...] = ()
+    data_kind: DataKind = "rollout"
+    repeat_times: int = 1
+
+    def __post_init__(self) -> None:
+        for name in _ARG_FIELDS:  # freeze the argument mappings too, not only the attributes
+            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
+        if self.data_kind not in DATA_KINDS:
+            raise ValueError(
+                f"preset {self.name!r}: data_kind must be one of {DATA_KINDS}, got {self.data_kind!r}"
+            )
+        uses_reference = self.kl_loss != "none" or self.kl_penalty != "none" or self.policy_loss == "dpo"
+        if uses_reference != self.needs_reference:
+            raise ValueError(
+                f"preset {self.name!r}: needs_reference={self.needs_reference} but its components "
+                f"{'use' if uses_reference else 'do not use'} reference log-probabilities"
+            )
+        if (self.value_loss is not None) != self.needs_critic:
+            raise ValueError(f"preset {self.name!r}: a value_loss is set exactly when needs_critic is true")
+
+    def build_advantage(self, **overrides: Any) -> BoundFn | None:
+        if self.advantage is None:
+            return None
+        return ADVANTAGES.build(self.advantage, **{**self.advantage_args, **overrides})
+
+    def build_policy_loss(self, **overrides: Any) -> BoundFn:
+        return POLICY_LOSSES.build(self.policy_loss, **{**self.policy_loss_args, **overrides})
+
+    def build_entropy(self, **overrides: Any) -> BoundFn:
+        return ENTROPY_TERMS.build(self.entropy, **{**self.entropy_args, **overrides})
+
+    def build_value_loss(self, **overrides: Any) -> BoundFn | None:
+        if self.value_loss is None:
+            return None
+        return VALUE_LOSSES.build(self.value_loss, **{**self.value_loss_args, **overrides})
+
+    def build_kl_loss(self) -> BoundFn:
+        return KL_ESTIMATORS.build(self.kl_loss)
+
+    def build_kl_penalty(self) -> BoundFn:
+        return KL_ESTIMATORS.build(self.kl_penalty)
+
+
+PRESETS: Registry[AlgorithmPreset] = Registry(
+    "algorithm preset", "Register one with register_preset(AlgorithmPreset(name=..., ...))."
+)
+
+
+def register_preset(preset: AlgorithmPreset, *, replace: bool = False) -> AlgorithmPreset:
+    return PRESETS.add(preset.name, preset, replace=replace)
+
+
+# Group-relative RL with a reference-KL loss: the shape most presets share (Trinity-RFT defaults).
+_GROUP_RL: dict[str, Any] = dict(
+    advantage="grpo", entropy="default", kl_loss="k2", needs_reference=True, repeat_times=2
+)
+
+for _preset in (
+    AlgorithmPreset(
+        name="ppo",
+        description="PPO: GAE advantages from a critic, dual-clip surrogate, clipped value loss",
+        policy_loss="ppo",
+        advantage="ppo",
+        entropy="default",
+        value_loss="clipped",
+        kl_loss="k2",
+        needs_reference=True,
+        needs_critic=True,
+    ),
+    AlgorithmPreset(
+        name="grpo", description="GRPO: group-normalized outcome advantages", policy_loss="ppo", **_GROUP_RL
+    ),
+    AlgorithmPreset(
+        name="dapo",
+        description="DAPO: clip-higher, token-mean loss, dynamic sampling, overlong reward shaping, no KL",
+        policy_loss="ppo",
+        advantage="grpo",
+        entropy="default",
+        policy_loss_args={"clip_range_low": 0.2, "clip_range_high": 0.28, "loss_agg_mode": "token-mean"},
+        required_buffer_operators=("reward_std_filter",),
+        reward_shaping=("overlong_reward_penalty",),
+        repeat_times=16,
+    ),
+    AlgorithmPreset(
+        name="gspo", description="GSPO: sequence-level clipped ratio", policy_loss="gspo", **_GROUP_RL
+    ),
+    AlgorithmPreset(
+        name="rloo",
+        description="RLOO: leave-one-out baseline",
+        policy_loss="ppo",
+        **{**_GROUP_RL, "advantage": "rloo"},
+    ),
+    AlgorithmPreset(
+        name="reinforceplusplus",
+        description="REINFORCE++: batch-whitened discounted returns",
+        policy_loss="ppo",
+        **{**_GROUP_RL, "advantage": "reinforceplusplus"},
+    ),
+    AlgorithmPreset(
+        name="sft", description="Supervised fine-tuning on demonstrations", policy_loss="sft", data_kind="sft"
+    ),
+    AlgorithmPreset(
+        name="dpo",
+        description="DPO on (chosen, rejected) pairs with a reference model",
+        policy_loss="dpo",
+        entropy="default",
+        kl_loss="k2",
+        needs_reference=True,
+        data_kind="preference",
+        repeat_times=2,
+    ),
+    AlgorithmPreset(
+        name="mix_chord",
+        description="CHORD: PPO on rollouts mixed with phi-weighted SFT on expert rows, mu scheduled",
+        policy_loss="mix_chord",
+        advantage="grpo",
+        entropy="mix",
+        repeat_times=8,
+    ),
+    AlgorithmPreset(
+        name="rec",
+        description="REC: group-relative REINFORCE with optional clipping/weighting",
+        policy_loss="rec",
+        **{**_GROUP_RL, "advantage": "rec"},
+    ),
+    AlgorithmPreset(
+        name="topr",
+        description="TOPR: tapered off-policy REINFORCE",
+        policy_loss="topr",
+        **{**_GROUP_RL, "advantage": "reinforce"},
+    ),
+    AlgorithmPreset(
+        name="sppo",
+        description="sPPO: log-ratio surrogate inside a trust region, OPMD baseline",
+        policy_loss="sppo",
+        advantage="opmd",
+        repeat_times=2,
+    ),
+    AlgorithmPreset(
+        name="asymre",
+        description="AsymRE: shifted group baseline, REINFORCE loss",
+        policy_loss="opmd",
+        advantage="asymre",
+        repeat_times=2,
+    ),
+    AlgorithmPreset(
+        name="cispo", description="CISPO: clipped importance weights", policy_loss="cispo", **_GROUP_RL
+    ),
+    AlgorithmPreset(name="sapo", description="SAPO: soft-gated ratio", policy_loss="sapo", **_GROUP_RL),
+    AlgorithmPreset(
+        name="on_policy_distill",
+        description="On-policy distillation: per-token teacher - student log-prob advantages",
+        policy_loss="ppo",
+        advantage="on_policy_distill",
+        needs_teacher=True,
+    ),
+    AlgorithmPreset(
+        name="jsd",
+        description="On-policy distillation with a Jensen-Shannon divergence advantage",
+        policy_loss="ppo",
+        advantage="jsd",
+        needs_teacher=True,
+    ),
+    AlgorithmPreset(
+        name="gigpo",
+        description="GiGPO: episode-level plus anchor-state step-level group advantages (multi-step agents)",
+        policy_loss="ppo",
+        advantage_args={"omega": 1.0, "fnorm": "none", "epsilon": 1e-6},
+        policy_loss_args={"clip_range_low": 0.2, "clip_range_high": 0.2, "loss_agg_mode": "token-mean"},
+        **{**_GROUP_RL, "advantage": "gigpo", "repeat_times": 8},
+    ),
+):
+    register_preset(_preset)

@@ -1,0 +1,142 @@
+"""Offline data: SFT samples and DPO pairs from files into a stream; any stream out to JSONL or SQLite."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import json_format
+
+from trinity.buffer.rows import Row, lookup, read_rows
+from trinity.runtime.errors import InvalidArgument
+from trinity.v1 import buffer_pb2, common_pb2
+
+SFT = common_pb2.EXPERIENCE_KIND_SFT
+PREFERENCE = common_pb2.EXPERIENCE_KIND_PREFERENCE
+
+
+def offline_experiences(request: buffer_pb2.LoadOfflineDataRequest) -> tuple[list[common_pb2.Experience], int]:
+    """Rows -> text-level experiences (the Trainer tokenizes them with its model's chat template).
+
+    Ids are content hashes, so loading the same file twice adds nothing (the stream drops duplicates).
+    Returns (experiences, rows skipped because a mapped field was missing).
+    """
+    if request.kind not in (SFT, PREFERENCE):
+        raise InvalidArgument("kind", "must be EXPERIENCE_KIND_SFT or EXPERIENCE_KIND_PREFERENCE")
+    rows = read_rows(request.path, request.format, request.split or "train", request.limit)
+    build = _sft if request.kind == SFT else _preference
+    out: list[common_pb2.Experience] = []
+    skipped = 0
+    for row in rows:
+        exp = build(row, request)
+        if exp is None:
+            skipped += 1
+            continue
+        exp.kind = request.kind
+        exp.id = "offline-" + hashlib.sha1(exp.SerializeToString(deterministic=True)).hexdigest()
+        out.append(exp)
+    return out, skipped
+
+
+def _sft(row: Row, request: buffer_pb2.LoadOfflineDataRequest) -> common_pb2.Experience | None:
+    exp = common_pb2.Experience()
+    if request.messages_key:
+        messages = lookup(row, request.messages_key)
+        if not isinstance(messages, list) or not messages:
+            return None
+        _add_messages(exp, messages)
+        return exp
+    prompt = lookup(row, request.prompt_key or "prompt")
+    response = lookup(row, request.response_key or "response")
+    if prompt is None or response is None:
+        return None
+    _set_prompt(exp, prompt)
+    exp.response_text = _text(response)
+    return exp
+
+
+def _preference(row: Row, request: buffer_pb2.LoadOfflineDataRequest) -> common_pb2.Experience | None:
+    prompt = lookup(row, request.prompt_key or "prompt")
+    chosen = lookup(row, request.chosen_key or "chosen")
+    rejected = lookup(row, request.rejected_key or "rejected")
+    if prompt is None or chosen is None or rejected is None:
+        return None
+    exp = common_pb2.Experience()
+    _set_prompt(exp, prompt)
+    exp.response_text = _last_content(chosen)
+    exp.preference.rejected_text = _last_content(rejected)
+    return exp
+
+
+def _set_prompt(exp: common_pb2.Experience, prompt: Any) -> None:
+    if isinstance(prompt, list):
+        _add_messages(exp, prompt)
+    else:
+        exp.prompt_text = _text(prompt)
+
+
+def _add_messages(exp: common_pb2.Experience, messages: list[Any]) -> None:
+    for m in messages:
+        if isinstance(m, dict):
+            exp.messages.add(role=str(m.get("role", "user")), content=_text(m.get("content", "")))
+
+
+def _last_content(value: Any) -> str:
+    """A response given as a chat (list of messages) contributes its last message's content."""
+    if isinstance(value, list) and value and isinstance(value[-1], dict):
+        return _text(value[-1].get("content", ""))
+    return _text(value)
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def export_entries(entries: Iterable[tuple[str, bytes]], path: str, fmt: str) -> int:
+    """Write (entry id, serialized Experience) pairs to JSONL or SQLite; returns how many."""
+    target = Path(path).expanduser()
+    fmt = fmt or ("sqlite" if target.suffix in (".db", ".sqlite", ".sqlite3") else "jsonl")
+    if fmt not in ("jsonl", "sqlite"):
+        raise InvalidArgument("format", f"unknown export format {fmt!r}; known: jsonl, sqlite")
+    if not target.parent.exists():
+        raise InvalidArgument("path", f"directory {target.parent} does not exist on the buffer's machine")
+    count = 0
+    if fmt == "jsonl":
+        with target.open("w", encoding="utf-8") as handle:
+            for entry_id, payload in entries:
+                record = _as_dict(payload)
+                record["entry_id"] = entry_id
+                handle.write(json.dumps(record) + "\n")
+                count += 1
+        return count
+    with sqlite3.connect(target) as db:
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS experiences (entry_id TEXT PRIMARY KEY, id TEXT, kind TEXT, "
+            "task_id TEXT, group_id TEXT, model_version INTEGER, reward REAL, json TEXT)"
+        )
+        for entry_id, payload in entries:
+            record = _as_dict(payload)
+            db.execute(
+                "INSERT OR REPLACE INTO experiences VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    entry_id,
+                    record.get("id", ""),
+                    record.get("kind", ""),
+                    record.get("task_id", ""),
+                    record.get("group_id", ""),
+                    int(record.get("model_version", 0)),
+                    float(record.get("reward", 0.0)),
+                    json.dumps(record),
+                ),
+            )
+            count += 1
+    return count
+
+
+def _as_dict(payload: bytes) -> dict[str, Any]:
+    exp = common_pb2.Experience.FromString(payload)
+    return json_format.MessageToDict(exp, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)

@@ -1,0 +1,82 @@
+"""The built-in operators (Trinity-RFT's reward filters, DAPO's dynamic sampling, shaping, pass rates)."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+from trinity.buffer.operators.registry import OperatorContext, register_operator
+from trinity.v1 import common_pb2
+
+Experiences = list[common_pb2.Experience]
+
+
+@register_operator("reward_filter")
+def reward_filter(
+    experiences: Experiences, ctx: OperatorContext, min_reward: float = -math.inf, max_reward: float = math.inf
+) -> Experiences:
+    """Keep experiences whose reward lies in [min_reward, max_reward]."""
+    return [e for e in experiences if min_reward <= e.reward <= max_reward]
+
+
+@register_operator("invalid_reward_filter")
+def invalid_reward_filter(experiences: Experiences, ctx: OperatorContext) -> Experiences:
+    """Drop experiences whose workflow or reward failed, or whose reward is NaN or infinite."""
+    return [e for e in experiences if not e.failed and math.isfinite(e.reward)]
+
+
+@register_operator("reward_std_filter")
+def reward_std_filter(experiences: Experiences, ctx: OperatorContext, min_std: float = 0.0) -> Experiences:
+    """Drop whole groups whose reward standard deviation is <= min_std (DAPO's dynamic sampling).
+
+    A group whose rewards are all equal has zero group-relative advantage: it costs a train step and
+    teaches nothing. Groups are judged on what arrives in one Put (the Explorer puts a group at once).
+    """
+    groups: dict[str, list[float]] = defaultdict(list)
+    for e in experiences:
+        groups[e.group_id].append(e.reward)
+    keep = {gid for gid, rewards in groups.items() if _population_std(rewards) > min_std}
+    return [e for e in experiences if e.group_id in keep]
+
+
+@register_operator("reward_shaping")
+def reward_shaping(experiences: Experiences, ctx: OperatorContext, **weights: float) -> Experiences:
+    """reward := bias + sum(w_k * component_k); the component `reward` is the reward as it arrived.
+
+    Example params: {"reward": 1.0, "format": 0.1, "length_penalty": -0.01, "bias": 0.0}. The original
+    reward is kept in `reward_components["raw_reward"]`. A component the experience lacks counts as 0.
+    """
+    bias = float(weights.pop("bias", 0.0))
+    for e in experiences:
+        raw = e.reward
+        values = dict(e.reward_components)
+        values["reward"] = raw
+        e.reward_components["raw_reward"] = raw
+        e.reward = bias + sum(w * values.get(name, 0.0) for name, w in weights.items())
+    return experiences
+
+
+@register_operator("pass_rate")
+def pass_rate(experiences: Experiences, ctx: OperatorContext, threshold: float = 1.0) -> Experiences:
+    """Report each task's pass rate (share of samples with reward >= threshold) to the curriculum.
+
+    Observes only: keeps every experience.
+    """
+    per_task: dict[tuple[str, str], list[bool]] = defaultdict(list)
+    for e in experiences:
+        if e.taskset and e.task_id and not e.failed:
+            per_task[(e.taskset, e.task_id)].append(e.reward >= threshold)
+    if ctx.pass_rates is not None:
+        by_taskset: dict[str, dict[str, tuple[float, int]]] = defaultdict(dict)
+        for (taskset, task_id), passed in per_task.items():
+            by_taskset[taskset][task_id] = (sum(passed) / len(passed), len(passed))
+        for taskset, rates in by_taskset.items():
+            ctx.pass_rates.report_pass_rates(taskset, rates)
+    return experiences
+
+
+def _population_std(values: list[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))

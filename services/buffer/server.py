@@ -1,0 +1,97 @@
+"""Start the Buffer: Redis connection (with retries and a health watch), servicer, gRPC server."""
+
+from __future__ import annotations
+
+import threading
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+from trinity.buffer.metrics import register_gauges
+from trinity.buffer.service import BufferServicer
+from trinity.buffer.store import BufferStore
+from trinity.runtime.logging import get_logger
+from trinity.runtime.server import GrpcServer, ServiceRegistration, full_service_name
+from trinity.runtime.settings import ServiceSettings
+from trinity.v1 import buffer_pb2, buffer_pb2_grpc
+
+log = get_logger(__name__)
+
+SERVICE_NAME = full_service_name(buffer_pb2, "BufferService")
+
+
+def connect_redis(url: str) -> redis.Redis:
+    """A client that retries lost connections with exponential backoff before an error surfaces."""
+    return redis.Redis.from_url(
+        url,
+        retry=Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=6),
+        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+        health_check_interval=15,
+        socket_connect_timeout=5,
+    )
+
+
+class RedisHealthWatch:
+    """Marks the service NOT_SERVING while Redis does not answer, SERVING again once it does."""
+
+    def __init__(self, client: redis.Redis, server: GrpcServer, interval: float = 1.0) -> None:
+        self.client = client
+        self.server = server
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="redis-health", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        healthy = True
+        probe = redis.Redis(connection_pool=self.client.connection_pool, retry=Retry(ExponentialBackoff(), 0))
+        while not self._stop.wait(self.interval):
+            try:
+                probe.ping()
+                ok = True
+            except (redis.ConnectionError, redis.TimeoutError) as err:
+                ok = False
+                if healthy:
+                    log.warning("redis.lost", error=str(err))
+            if ok != healthy:
+                healthy = ok
+                self.server.set_serving(ok)
+                if ok:
+                    log.info("redis.recovered")
+
+
+def build_buffer(settings: ServiceSettings) -> tuple[ServiceRegistration, BufferStore]:
+    if not settings.redis_url:
+        raise ValueError("the buffer needs Redis: set TRINITY_REDIS_URL or pass --redis-url")
+    client = connect_redis(settings.redis_url)
+    store = BufferStore(client)
+    servicer = BufferServicer(store, settings.instance_id)
+    registration = ServiceRegistration(
+        add_to_server=lambda server: buffer_pb2_grpc.add_BufferServiceServicer_to_server(servicer, server),
+        service_names=[SERVICE_NAME],
+        on_shutdown=client.close,
+    )
+    return registration, store
+
+
+def start_buffer(settings: ServiceSettings) -> GrpcServer:
+    registration, store = build_buffer(settings)
+    server = GrpcServer(settings, registration).start()
+    register_gauges(store)
+    watch = RedisHealthWatch(store.client, server)
+    watch.start()
+    previous = registration.on_shutdown
+
+    def shutdown() -> None:
+        watch.stop()
+        if previous is not None:
+            previous()
+
+    registration.on_shutdown = shutdown
+    return server

@@ -1,0 +1,1 @@
+"""Experience streams on Redis Streams: at-least-once delivery through consumer groups."""

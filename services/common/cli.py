@@ -1,0 +1,96 @@
+"""The `trinity` command line.
+
+Exit codes: 0 success, 1 runtime failure, 2 bad input (a wrong flag, config key, type or value; the
+message names the field).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+
+from trinity.runtime.logging import configure_logging, get_logger
+
+EXIT_BAD_INPUT = 2
+
+# service name -> (module, start function); imported lazily so `serve buffer` never imports torch.
+SERVICES: dict[str, tuple[str, str]] = {
+    "buffer": ("trinity.buffer.server", "start_buffer"),
+    "explorer": ("trinity.explorer.server", "start_explorer"),
+    "trainer": ("trinity.trainer.server", "start_trainer"),
+    "gateway": ("trinity.gateway.server", "start_gateway"),
+}
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from trinity.runtime.metrics import start_metrics_server
+    from trinity.runtime.redis_server import RedisServer, ensure_redis
+    from trinity.runtime.settings import ServiceSettings
+
+    configure_logging(args.service)
+    log = get_logger("trinity.cli")
+    settings = ServiceSettings.from_env(
+        args.service,
+        host=args.host,
+        port=args.port,
+        metrics_port=args.metrics_port,
+        redis_url=args.redis_url,
+        instance_id=args.instance_id,
+    )
+    embedded: RedisServer | None = None
+    if args.service == "buffer" and not settings.redis_url:
+        embedded = ensure_redis()  # the embedded default: a private redis-server
+        settings = settings.model_copy(update={"redis_url": embedded.url})
+    module_name, start_name = SERVICES[args.service]
+    start: Callable = getattr(importlib.import_module(module_name), start_name)
+    start_metrics_server(settings.metrics_port)
+    server = start(settings)
+    server.install_signal_handlers()
+    print(f"trinity {args.service} serving on port {server.port}", flush=True)
+    try:
+        server.wait()
+    finally:
+        if embedded is not None:
+            embedded.stop()
+    log.info("service.exit")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="trinity", description="Reinforcement fine-tuning as microservices.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run one service (the entrypoint containers use)")
+    serve.add_argument("service", choices=sorted(SERVICES))
+    serve.add_argument("--port", type=int, default=None, help="gRPC port (default TRINITY_PORT or a free one)")
+    serve.add_argument("--host", default=None, help="bind address (default TRINITY_HOST or 0.0.0.0)")
+    serve.add_argument("--metrics-port", type=int, default=None, help="Prometheus port (-1 off, 0 free port)")
+    serve.add_argument("--redis-url", default=None, help="Redis URL (default TRINITY_REDIS_URL, else embedded)")
+    serve.add_argument("--instance-id", default=None, help="stable instance name (default random)")
+    serve.set_defaults(handler=_serve)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from pydantic import ValidationError
+
+    from trinity.config.errors import ConfigError, format_validation_error
+
+    parser = build_parser()
+    args = parser.parse_args(argv)  # argparse exits with 2 on a bad flag, naming it
+    try:
+        return int(args.handler(args))
+    except ValidationError as err:
+        print(f"trinity: invalid input\n{format_validation_error(err)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except ConfigError as err:
+        print(f"trinity: invalid input\n{err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""Per-token log-probs and entropy of response tokens, computed in sequence chunks.
+
+A full `[batch, seq, vocab]` float32 log-softmax is the largest tensor of an RL step (49k vocab x 1k
+tokens x 4 bytes = 200 MB per row). Here the lm_head and log-softmax run on `chunk_size` response
+positions at a time, and under autograd each chunk is recomputed in backward (activation checkpointing),
+so only one chunk's logits are alive at once in either direction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+Head = Callable[[torch.Tensor], torch.Tensor]
+
+
+def _chunk_logprobs(
+    head: Head, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """hidden `[b, c, h]`, targets `[b, c]` -> (log-prob of target `[b, c]`, entropy `[b, c]`)."""
+    logits = head(hidden).float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    logp = F.log_softmax(logits, dim=-1)
+    token_logp = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    if with_entropy:
+        entropy = -(logp.exp() * logp).sum(-1)
+    else:
+        entropy = torch.zeros_like(token_logp)
+    return token_logp, entropy
+
+
+def chunked_logprobs(
+    head: Head,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    chunk_size: int = 256,
+    temperature: float = 1.0,
+    with_entropy: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs of `targets` and the entropy of the predictive distribution, chunk by chunk.
+
+    head: maps hidden states `[..., hidden]` to logits `[..., vocab]` (the model's lm_head);
+    hidden: `[batch, resp, hidden]` hidden states at the positions that predict each target;
+    targets: `[batch, resp]` token ids. Returns two float32 tensors `[batch, resp]`.
+    """
+    if chunk_size <= 0:
+        raise ValueError("chunk_size must be positive")
+    recompute = torch.is_grad_enabled() and hidden.requires_grad
+    logps, ents = [], []
+    for start in range(0, hidden.shape[1], chunk_size):
+        h = hidden[:, start : start + chunk_size]
+        t = targets[:, start : start + chunk_size]
+        if recompute:
+            lp, ent = checkpoint(_chunk_logprobs, head, h, t, temperature, with_entropy, use_reentrant=False)
+        else:
+            lp, ent = _chunk_logprobs(head, h, t, temperature, with_entropy)
+        logps.append(lp)
+        ents.append(ent)
+    return torch.cat(logps, dim=1), torch.cat(ents, dim=1)
+
+
+def gather_positions(hidden: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """hidden `[batch, seq, h]`, index `[batch, resp]` -> `[batch, resp, h]` (rows picked per batch row)."""
+    return hidden.gather(1, index.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
+
+
+def naive_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reference implementation: full float32 log-softmax over `[batch, seq, vocab]` logits."""
+    logp = F.log_softmax(logits.float(), dim=-1)
+    return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1), -(logp.exp() * logp).sum(-1)

@@ -1,0 +1,121 @@
+"""Loading the policy, the frozen reference and the PPO critic from a Hugging Face directory."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from trinity.trainer.config import LoraSettings
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def load_causal_lm(path: str | Path, dtype: str = "float32") -> nn.Module:
+    """A causal LM from `path` (config + safetensors), in `dtype`, in train mode."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[dtype])
+    model.train()
+    return model
+
+
+def load_tokenizer(path: str | Path) -> Any:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(path))
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def apply_lora(model: nn.Module, lora: LoraSettings) -> nn.Module:
+    """Wrap `model` with peft LoRA adapters; only the adapters stay trainable."""
+    from peft import LoraConfig, get_peft_model
+
+    cfg = LoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=list(lora.target_modules),
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, cfg)
+
+
+def causal_lm(model: nn.Module) -> nn.Module:
+    """The underlying `*ForCausalLM` module (peft wraps it as `base_model.model`)."""
+    from peft import PeftModel
+
+    return model.base_model.model if isinstance(model, PeftModel) else model
+
+
+def freeze(model: nn.Module) -> nn.Module:
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+class ReferencePolicy:
+    """The frozen policy that KL penalties and DPO compare against.
+
+    With LoRA the reference is the policy with its adapters switched off (no second copy of the
+    weights); otherwise a frozen copy loaded from the same directory.
+    """
+
+    def __init__(self, model_path: str, dtype: str, policy: nn.Module, uses_lora: bool) -> None:
+        self._policy = policy
+        self._copy = None if uses_lora else freeze(load_causal_lm(model_path, dtype))
+
+    @contextmanager
+    def active(self) -> Iterator[nn.Module]:
+        if self._copy is not None:
+            yield self._copy
+            return
+        with self._policy.disable_adapter():  # type: ignore[operator]
+            yield self._policy
+
+
+class ValueModel(nn.Module):
+    """PPO critic: the base transformer (no lm_head) plus a scalar head, initialised at zero value."""
+
+    def __init__(self, model_path: str | Path, dtype: str = "float32") -> None:
+        super().__init__()
+        from transformers import AutoModel
+
+        self.backbone = AutoModel.from_pretrained(str(model_path), dtype=DTYPES[dtype])
+        hidden = self.backbone.config.hidden_size
+        self.head = nn.Linear(hidden, 1, dtype=DTYPES[dtype])
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """Values `[batch, resp]` of the states before each response token (positions `index`)."""
+        from trinity.trainer.logprobs import gather_positions
+
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return self.head(gather_positions(hidden, index)).squeeze(-1).float()
+
+
+def response_hidden(
+    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, index: torch.Tensor
+) -> tuple[torch.Tensor, nn.Module]:
+    """Final hidden states `[batch, resp, hidden]` at response positions, and the lm_head to apply.
+
+    Calling the decoder directly (not `model(...)`) avoids the `[batch, seq, vocab]` logits of the whole
+    sequence; the caller applies the head in chunks to the response positions only.
+    """
+    from trinity.trainer.logprobs import gather_positions
+
+    lm = causal_lm(model)
+    out = lm.model(input_ids=input_ids, attention_mask=attention_mask)
+    return gather_positions(out.last_hidden_state, index), lm.lm_head
+
+
+def maybe_no_grad(enabled: bool) -> Any:
+    return nullcontext() if enabled else torch.no_grad()

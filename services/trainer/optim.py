@@ -1,0 +1,60 @@
+"""AdamW and the learning-rate schedules (constant, linear warmup, warmup + cosine decay)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+
+import torch
+
+from trinity.trainer.config import OptimizerSettings
+
+Schedule = Callable[[int], float]
+SCHEDULES: dict[str, Callable[[OptimizerSettings], Schedule]] = {}
+
+
+def register_schedule(name: str) -> Callable[[Callable[[OptimizerSettings], Schedule]], Callable[..., Schedule]]:
+    def deco(fn: Callable[[OptimizerSettings], Schedule]) -> Callable[[OptimizerSettings], Schedule]:
+        SCHEDULES[name] = fn
+        return fn
+
+    return deco
+
+
+def _warmup_factor(step: int, warmup: int) -> float:
+    # Update k (0-based) runs at (k+1)/warmup of the peak, so the first update is not wasted at lr 0.
+    return min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0
+
+
+@register_schedule("constant")
+def constant(opt: OptimizerSettings) -> Schedule:
+    return lambda step: 1.0
+
+
+@register_schedule("warmup")
+def warmup(opt: OptimizerSettings) -> Schedule:
+    return lambda step: _warmup_factor(step, opt.warmup_steps)
+
+
+@register_schedule("cosine")
+def cosine(opt: OptimizerSettings) -> Schedule:
+    def factor(step: int) -> float:
+        if step < opt.warmup_steps:
+            return _warmup_factor(step, opt.warmup_steps)
+        progress = min(1.0, (step - opt.warmup_steps) / max(1, opt.total_steps - opt.warmup_steps))
+        return opt.min_lr_ratio + (1 - opt.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return factor
+
+
+def build_optimizer(
+    param_groups: Iterable[dict], opt: OptimizerSettings
+) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW over `param_groups` (each may set its own `lr`) and a per-update LambdaLR schedule."""
+    optimizer = torch.optim.AdamW(
+        list(param_groups), lr=opt.lr, betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay
+    )
+    if opt.schedule not in SCHEDULES:
+        raise ValueError(f"unknown schedule {opt.schedule!r}; registered: {sorted(SCHEDULES)}")
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, SCHEDULES[opt.schedule](opt))
+    return optimizer, scheduler

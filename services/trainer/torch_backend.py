@@ -1,0 +1,275 @@
+"""The single-process PyTorch training backend: one policy, one algorithm, AdamW.
+
+One `train_step` = filter the batch -> tokenize/pad -> (reference log-probs, values, advantages) ->
+for each PPO epoch and mini-batch: micro-batches under a token budget, gradient accumulation,
+clip, optimizer update. Objectives per data kind live in `objectives.py`; this file is the loop.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from trinity.trainer import checkpoint as ckpt
+from trinity.trainer import objectives
+from trinity.trainer.algorithm import AlgorithmParts, resolve_algorithm
+from trinity.trainer.backend import register_backend
+from trinity.trainer.batch import Sample, TokenBatch, Tokenizer, collate, plan_micro_batches, to_samples
+from trinity.trainer.config import TrainerSettings
+from trinity.trainer.logprobs import chunked_logprobs
+from trinity.trainer.models import (
+    ReferencePolicy,
+    ValueModel,
+    apply_lora,
+    causal_lm,
+    load_causal_lm,
+    load_tokenizer,
+    response_hidden,
+)
+from trinity.trainer.optim import build_optimizer
+from trinity.trainer.weights import named_weights, save_hf
+from trinity.v1 import common_pb2
+
+# A micro-batch objective: (micro batch, its sample indices, the mini-batch's indices) ->
+# (loss already scaled to its share of the mini-batch loss, metrics, metric weight).
+MicroObjective = Callable[[list[int], list[int]], tuple[torch.Tensor, dict[str, float], float]]
+
+
+class TorchBackend:
+    """See `TrainerBackend`. `algorithm` may be given directly (tests, custom algorithms)."""
+
+    def __init__(self, settings: TrainerSettings, algorithm: AlgorithmParts | None = None) -> None:
+        self.settings = settings
+        self.algorithm = algorithm or resolve_algorithm(settings)
+        torch.manual_seed(settings.seed)
+        self.generator = torch.Generator().manual_seed(settings.seed)
+        self.hf_tokenizer = load_tokenizer(settings.model_path)
+        self.tokenizer = Tokenizer(self.hf_tokenizer)
+        self.pad_id = int(self.hf_tokenizer.pad_token_id)
+
+        model = load_causal_lm(settings.model_path, settings.dtype)
+        if settings.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        self.policy: nn.Module = apply_lora(model, settings.lora) if settings.lora else model
+        self.reference = (
+            ReferencePolicy(settings.model_path, settings.dtype, self.policy, settings.lora is not None)
+            if self.algorithm.needs_reference
+            else None
+        )
+        self.critic = ValueModel(settings.model_path, settings.dtype) if self.algorithm.needs_critic else None
+
+        opt = settings.optimizer
+        groups = [{"params": [p for p in self.policy.parameters() if p.requires_grad], "lr": opt.lr}]
+        if self.critic is not None:
+            groups.append({"params": list(self.critic.parameters()), "lr": opt.critic_lr or opt.lr})
+        self.optimizer, self.scheduler = build_optimizer(groups, opt)
+        self.state = ckpt.TrainState()
+        self._consumed: set[str] = set()
+
+    # ----------------------------------------------------------------------------- protocol
+    @property
+    def model_version(self) -> int:
+        return self.state.model_version
+
+    @property
+    def step(self) -> int:
+        return self.state.step
+
+    def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        return named_weights(self.policy)
+
+    def save_hf(self, out_dir: str | Path) -> Path:
+        return save_hf(self.policy, self.hf_tokenizer, out_dir)
+
+    def save_checkpoint(self, path: str | Path | None = None) -> Path:
+        root = path or self.settings.checkpoint_dir
+        if root is None:
+            raise ValueError("no checkpoint path given and settings.checkpoint_dir is not set")
+        return ckpt.save(
+            root,
+            policy=self.policy,
+            critic=self.critic,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            generator=self.generator,
+            state=self.state,
+            keep=self.settings.keep_checkpoints,
+        )
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        self.state = ckpt.load(
+            path,
+            policy=self.policy,
+            critic=self.critic,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            generator=self.generator,
+        )
+        self._consumed = set(self.state.consumed_ids)
+
+    # ----------------------------------------------------------------------------- forward passes
+    def token_logprobs(
+        self, model: nn.Module, batch: TokenBatch, *, with_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probs and entropy `[rows, resp]` of `batch`'s response tokens under `model`."""
+        hidden, head = response_hidden(model, batch.input_ids, batch.attention_mask, batch.response_index)
+        return chunked_logprobs(
+            head,
+            hidden,
+            batch.targets,
+            chunk_size=self.settings.logprob_chunk_size,
+            temperature=self.settings.logprob_temperature,
+            with_entropy=with_entropy,
+        )
+
+    @torch.no_grad()
+    def _forward_only(self, samples: list[Sample], fn: Callable[[TokenBatch], torch.Tensor]) -> torch.Tensor:
+        """Apply `fn` to micro-batches of all chosen sequences; returns `[n, max_resp]` in sample order."""
+        full = collate([s.chosen for s in samples], self.pad_id)
+        out = torch.zeros(full.mask.shape, dtype=torch.float32)
+        for idx in plan_micro_batches(samples, self.settings.micro_batch_tokens):
+            mb = collate([samples[i].chosen for i in idx], self.pad_id)
+            out[idx, : mb.mask.shape[1]] = fn(mb).float()
+        return out
+
+    def reference_logprobs(self, samples: list[Sample]) -> torch.Tensor:
+        assert self.reference is not None
+        with self.reference.active() as ref:
+            return self._forward_only(samples, lambda mb: self.token_logprobs(ref, mb)[0])
+
+    # ----------------------------------------------------------------------------- the step
+    def filter_batch(
+        self, experiences: Sequence[common_pb2.Experience]
+    ) -> tuple[list[common_pb2.Experience], dict[str, float]]:
+        """Drop failed, duplicate (already trained) and too-stale experiences, counting each."""
+        keep, failed, dup, stale = [], 0, 0, 0
+        max_stale = self.settings.max_staleness
+        for e in experiences:
+            if e.failed:
+                failed += 1
+            elif e.id and e.id in self._consumed:
+                dup += 1
+            elif max_stale is not None and self.step - e.model_version > max_stale:
+                stale += 1
+            else:
+                keep.append(e)
+        return keep, {"dropped/failed": float(failed), "dropped/duplicate": float(dup), "dropped/stale": float(stale)}
+
+    def train_step(self, experiences: Sequence[common_pb2.Experience]) -> dict[str, float]:
+        start = time.perf_counter()
+        kept, metrics = self.filter_batch(experiences)
+        if not kept:
+            return {**metrics, "skipped": 1.0, "step": float(self.step)}
+        samples = to_samples(kept, self.tokenizer, max_seq_len=self.settings.max_seq_len)
+        staleness = [self.step - s.model_version for s in samples]
+        metrics.update({"staleness/mean": sum(staleness) / len(staleness), "staleness/max": float(max(staleness))})
+
+        objective, prep = self._objective(samples)
+        metrics.update(prep)
+        metrics.update(self._optimize(samples, objective))
+
+        self.state.step += 1
+        self.state.model_version += 1
+        new_ids = [s.id for s in samples if s.id]
+        self.state.consumed_ids.extend(new_ids)
+        self._consumed.update(new_ids)
+        seconds = time.perf_counter() - start
+        tokens = sum(seq.length for s in samples for seq in s.sequences) * self.settings.ppo_epochs
+        metrics.update(
+            {
+                "step": float(self.step),
+                "model_version": float(self.model_version),
+                "samples": float(len(samples)),
+                "tokens": float(tokens),
+                "tokens_per_s": tokens / seconds,
+                "step_seconds": seconds,
+            }
+        )
+        interval = self.settings.save_interval
+        if interval and self.step % interval == 0:
+            self.save_checkpoint()
+        return metrics
+
+    def _mini_batches(self, n: int) -> list[list[int]]:
+        size = self.settings.mini_batch_size or n
+        if size >= n:
+            return [list(range(n))]
+        order = torch.randperm(n, generator=self.generator).tolist()
+        return [order[i : i + size] for i in range(0, n, size)]
+
+    def _optimize(self, samples: list[Sample], objective: MicroObjective) -> dict[str, float]:
+        """PPO epochs x mini-batches of optimizer updates; gradients accumulate over micro-batches."""
+        sums: dict[str, float] = {}
+        weights: dict[str, float] = {}
+        norms: list[float] = []
+        lr = self.scheduler.get_last_lr()[0]
+        self.policy.train()
+        for _ in range(self.settings.ppo_epochs):
+            for mini in self._mini_batches(len(samples)):
+                self.optimizer.zero_grad(set_to_none=True)
+                self._accumulate(samples, objective, mini, sums, weights)
+                norms.append(self._clip_and_step())
+        out = {k: sums[k] / weights[k] for k in sums if weights[k] > 0}
+        out.update({"grad_norm": sum(norms) / len(norms), "lr": lr, "updates": float(len(norms))})
+        return out
+
+    def _accumulate(
+        self,
+        samples: list[Sample],
+        objective: MicroObjective,
+        mini: list[int],
+        sums: dict[str, float],
+        weights: dict[str, float],
+    ) -> None:
+        """Backward over the token-budget micro-batches of one mini-batch; grads sum in `.grad`."""
+        sub = [samples[i] for i in mini]
+        for local in plan_micro_batches(sub, self.settings.micro_batch_tokens):
+            micro = [mini[j] for j in local]
+            loss, m, w = objective(micro, mini)
+            loss.backward()
+            for k, v in m.items():
+                sums[k] = sums.get(k, 0.0) + v * w
+                weights[k] = weights.get(k, 0.0) + w
+
+    def compute_gradients(self, experiences: Sequence[common_pb2.Experience]) -> dict[str, float]:
+        """Leave the gradient of the whole batch's loss in `.grad` without an update (diagnostics, tests)."""
+        samples = to_samples(experiences, self.tokenizer, max_seq_len=self.settings.max_seq_len)
+        objective, _ = self._objective(samples)
+        self.optimizer.zero_grad(set_to_none=True)
+        sums: dict[str, float] = {}
+        weights: dict[str, float] = {}
+        self._accumulate(samples, objective, list(range(len(samples))), sums, weights)
+        return {k: sums[k] / weights[k] for k in sums if weights[k] > 0}
+
+    def _objective(self, samples: list[Sample]) -> tuple[MicroObjective, dict[str, float]]:
+        kind = self.algorithm.data_kind
+        if kind == "rollout":
+            return objectives.rollout(self, samples)
+        if kind == "sft":
+            return objectives.sft(self, samples)
+        return objectives.dpo(self, samples)
+
+    def _clip_and_step(self) -> float:
+        max_norm = self.settings.optimizer.max_grad_norm
+        params = [p for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
+        policy = [p for p in self.optimizer.param_groups[0]["params"] if p.grad is not None]
+        norm = torch.nn.utils.clip_grad_norm_(policy, max_norm if max_norm is not None else float("inf"))
+        if self.critic is not None and max_norm is not None:
+            critic = [p for p in self.optimizer.param_groups[1]["params"] if p.grad is not None]
+            torch.nn.utils.clip_grad_norm_(critic, max_norm)
+        if params:
+            self.optimizer.step()
+        self.scheduler.step()
+        return float(norm)
+
+
+@register_backend("torch")
+def _build(settings: TrainerSettings) -> TorchBackend:
+    return TorchBackend(settings)
+
+
+__all__ = ["TorchBackend", "causal_lm"]

@@ -1,0 +1,46 @@
+"""Builders of experiences and algorithm parts shared by the trainer tests."""
+
+from __future__ import annotations
+
+import random
+
+import trinity.algorithms.advantages
+import trinity.algorithms.kl
+import trinity.algorithms.policy_losses  # noqa: F401  (the imports register the functions)
+from trinity.algorithms.registry import ADVANTAGES, KL_ESTIMATORS, POLICY_LOSSES
+from trinity.trainer.algorithm import AlgorithmParts
+from trinity.v1 import common_pb2
+
+
+def grpo_parts(kl_coef: float = 0.0, **loss_overrides: object) -> AlgorithmParts:
+    """GRPO built from the library's registered pieces (independent of how presets name them)."""
+    return AlgorithmParts(
+        data_kind="rollout",
+        advantage=ADVANTAGES.build("grpo"),
+        policy_loss=POLICY_LOSSES.build("ppo", **loss_overrides),
+        kl=KL_ESTIMATORS.build("low_var_kl"),
+        kl_coef=kl_coef,
+        needs_reference=kl_coef > 0,
+    )
+
+
+def random_rollouts(n: int, *, seed: int = 0, vocab: int = 272, groups: int = 2) -> list[common_pb2.Experience]:
+    """Rollouts of varied prompt/response lengths with sampler log-probs, partial action masks and rewards."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        p = rng.randint(2, 9)
+        r = rng.randint(1, 12)
+        out.append(
+            common_pb2.Experience(
+                id=f"r{seed}-{i}",
+                kind=common_pb2.EXPERIENCE_KIND_ROLLOUT,
+                group_id=f"g{i % groups}",
+                prompt_token_ids=[rng.randrange(3, vocab) for _ in range(p)],
+                response_token_ids=[rng.randrange(3, vocab) for _ in range(r)],
+                logprobs=[-rng.uniform(4.0, 7.0) for _ in range(r)],
+                action_mask=[rng.random() > 0.2 or j == 0 for j in range(r)],
+                reward=float(rng.random() > 0.5) + 0.1 * i,
+            )
+        )
+    return out
