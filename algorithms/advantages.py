@@ -136,7 +136,7 @@ def rloo(
 ) -> AdvantageOutput:
     """RLOO: ``r_i - mean_{j != i} r_j = n / (n - 1) * (r_i - mean_g)`` (a group of one keeps its reward)."""
     _check_rows(rewards, mask, group_ids)
-    mean, _, count = group_stats(rewards, group_ids)
+    mean, _std, count = group_stats(rewards, group_ids)
     loo = count / (count - 1).clamp(min=1) * (rewards.float() - mean)
     scores = torch.where(count < 2, rewards.float(), loo)
     return broadcast_to_tokens(scores, mask), None
@@ -160,7 +160,7 @@ def asymre(
     A group of one has baseline 0 (the shift applies only to real group baselines, as Trinity-RFT).
     """
     _check_rows(rewards, mask, group_ids)
-    mean, _, count = group_stats(rewards, group_ids)
+    mean, _std, count = group_stats(rewards, group_ids)
     baseline = torch.where(count < 2, torch.zeros_like(mean), mean + baseline_shift)
     return broadcast_to_tokens(rewards.float() - baseline, mask), None
 
@@ -179,7 +179,7 @@ def opmd(
     """OPMD: ``r_i - b_g``; ``b_g`` is the group mean or ``tau * log mean_j exp(r_j / tau)`` (logavgexp)."""
     _check_rows(rewards, mask, group_ids)
     r = rewards.float()
-    mean, _, count = group_stats(r, group_ids)
+    mean, _std, count = group_stats(r, group_ids)
     if opmd_baseline == "mean":
         baseline = mean
     elif opmd_baseline == "logavgexp":
@@ -377,7 +377,7 @@ def gigpo(
         anchored = step_group_ids >= 0
         if anchored.any():
             ids = step_group_ids[anchored]
-            _, _, count = group_stats(returns_to_go[anchored], ids)
+            _mean, _std, count = group_stats(returns_to_go[anchored], ids)
             scores = _normalize_in_groups(returns_to_go[anchored], ids, fnorm, epsilon)
             step_adv[anchored] = torch.where(count < 2, torch.zeros_like(scores), scores)
     return broadcast_to_tokens(episode_adv + omega * step_adv, mask), None

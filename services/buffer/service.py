@@ -28,7 +28,7 @@ def _config(model: type[BaseModel], spec: Any, field: str) -> Any:
     try:
         return model.model_validate(values)
     except ValidationError as err:
-        raise InvalidArgument(field, format_validation_error(err).replace("\n", "; ")) from None
+        raise InvalidArgument("", format_validation_error(err, prefix=field).replace("\n", "; ")) from None
 
 
 def _spec(config: BaseModel, message: Any) -> Any:

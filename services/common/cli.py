@@ -88,6 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as err:
         print(f"trinity: invalid input\n{err}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except FileNotFoundError as err:  # a missing program or file the user must provide
+        print(f"trinity: {err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import torch
-
 from trinity.trainer.config import TrainerSettings
 from trinity.v1 import common_pb2
 

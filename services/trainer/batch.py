@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-
 from trinity.v1 import common_pb2
 
 KIND_ROLLOUT = common_pb2.EXPERIENCE_KIND_ROLLOUT
@@ -72,9 +71,13 @@ class Tokenizer:
     def _encode(self, text: str) -> list[int]:
         return list(self.tok(text, add_special_tokens=False)["input_ids"])
 
-    def encode_pair(self, prompt_messages: list[dict[str, str]], response: str) -> tuple[list[int], list[int]]:
+    def encode_pair(
+        self, prompt_messages: list[dict[str, str]], response: str
+    ) -> tuple[list[int], list[int]]:
         if getattr(self.tok, "chat_template", None):
-            prompt_text = self.tok.apply_chat_template(prompt_messages, add_generation_prompt=True, tokenize=False)
+            prompt_text = self.tok.apply_chat_template(
+                prompt_messages, add_generation_prompt=True, tokenize=False
+            )
             full = self.tok.apply_chat_template(
                 [*prompt_messages, {"role": "assistant", "content": response}], tokenize=False
             )
@@ -105,7 +108,9 @@ def _sequence_from_ids(exp: common_pb2.Experience, max_len: int | None) -> Token
         if len(values) == 0:
             return None
         if len(values) != n:
-            raise ValueError(f"experience {exp.id!r}: {name} has {len(values)} entries for {n} response tokens")
+            raise ValueError(
+                f"experience {exp.id!r}: {name} has {len(values)} entries for {n} response tokens"
+            )
         return list(values)
 
     mask = aligned(exp.action_mask, "action_mask") or [True] * n
@@ -156,7 +161,10 @@ def to_samples(
             chosen = _sequence_from_ids(exp, max_seq_len)
             rejected_ids = list(exp.preference.rejected_token_ids)
             rejected = (
-                _truncate(TokenSequence(list(exp.prompt_token_ids), rejected_ids, [True] * len(rejected_ids)), max_seq_len)
+                _truncate(
+                    TokenSequence(list(exp.prompt_token_ids), rejected_ids, [True] * len(rejected_ids)),
+                    max_seq_len,
+                )
                 if exp.kind == KIND_PREFERENCE
                 else None
             )

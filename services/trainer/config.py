@@ -50,18 +50,18 @@ class TrainerSettings(_Strict):
     algorithm: str = Field("grpo", description="algorithm preset name (trinity.algorithms.preset)")
     algorithm_overrides: dict[str, dict[str, float | int | str | bool]] = Field(
         default_factory=dict,
-        description="per-part keyword overrides: keys 'advantage', 'policy_loss', 'kl'",
+        description="hyperparameter overrides per part: 'advantage', 'policy_loss', 'entropy', 'value_loss'",
     )
-    kl_coef: float | None = Field(None, ge=0, description="None = the preset's default")
-    entropy_coef: float | None = Field(None, description="None = the preset's default")
-    dpo_beta: float = Field(0.1, gt=0)
-    value_loss_coef: float = Field(0.5, ge=0)
-    value_clip: float | None = Field(0.2, gt=0)
+    kl_coef: float | None = Field(None, ge=0, description="KL-loss weight; None = the preset's kl_loss_coef")
+    entropy_coef: float | None = Field(None, description="None = the preset's entropy term default")
+    value_loss_coef: float = Field(0.5, ge=0, description="weight of the PPO critic loss")
     lora: LoraSettings | None = None
     optimizer: OptimizerSettings = Field(default_factory=OptimizerSettings)
 
     micro_batch_tokens: int = Field(8192, gt=0, description="padded tokens per forward/backward pass")
-    mini_batch_size: int | None = Field(None, gt=0, description="experiences per optimizer update; None = all")
+    mini_batch_size: int | None = Field(
+        None, gt=0, description="experiences per optimizer update; None = all"
+    )
     ppo_epochs: int = Field(1, gt=0)
     logprob_chunk_size: int = Field(256, gt=0, description="sequence positions per log-softmax chunk")
     logprob_temperature: float = Field(1.0, gt=0, description="the rollout sampling temperature")
@@ -71,7 +71,9 @@ class TrainerSettings(_Strict):
     max_staleness: int | None = Field(
         None, ge=0, description="drop experiences with step - model_version above this; None = keep all"
     )
-    max_seq_len: int | None = Field(None, gt=0, description="longer samples are truncated on the response side")
+    max_seq_len: int | None = Field(
+        None, gt=0, description="longer samples are truncated on the response side"
+    )
     gradient_checkpointing: bool = False
 
     checkpoint_dir: str | None = None
@@ -83,7 +85,9 @@ class TrainerSettings(_Strict):
     def _warmup_fits(self) -> TrainerSettings:
         opt = self.optimizer
         if opt.schedule == "cosine" and opt.warmup_steps >= opt.total_steps:
-            raise ValueError("optimizer.warmup_steps must be below optimizer.total_steps for a cosine schedule")
+            raise ValueError(
+                "optimizer.warmup_steps must be below optimizer.total_steps for a cosine schedule"
+            )
         if self.save_interval and not self.checkpoint_dir:
             raise ValueError("save_interval needs checkpoint_dir")
         return self

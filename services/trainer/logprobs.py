@@ -26,10 +26,7 @@ def _chunk_logprobs(
         logits = logits / temperature
     logp = F.log_softmax(logits, dim=-1)
     token_logp = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    if with_entropy:
-        entropy = -(logp.exp() * logp).sum(-1)
-    else:
-        entropy = torch.zeros_like(token_logp)
+    entropy = -(logp.exp() * logp).sum(-1) if with_entropy else torch.zeros_like(token_logp)
     return token_logp, entropy
 
 

@@ -6,14 +6,15 @@ import math
 from collections.abc import Callable, Iterable
 
 import torch
-
 from trinity.trainer.config import OptimizerSettings
 
 Schedule = Callable[[int], float]
 SCHEDULES: dict[str, Callable[[OptimizerSettings], Schedule]] = {}
 
 
-def register_schedule(name: str) -> Callable[[Callable[[OptimizerSettings], Schedule]], Callable[..., Schedule]]:
+def register_schedule(
+    name: str,
+) -> Callable[[Callable[[OptimizerSettings], Schedule]], Callable[..., Schedule]]:
     def deco(fn: Callable[[OptimizerSettings], Schedule]) -> Callable[[OptimizerSettings], Schedule]:
         SCHEDULES[name] = fn
         return fn

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import grpc
-
 from trinity.runtime.server import GrpcServer, full_service_name, start_grpc_service
 from trinity.runtime.settings import ServiceSettings
 from trinity.runtime.status import service_status

@@ -2,7 +2,7 @@
 
 One `train_step` = filter the batch -> tokenize/pad -> (reference log-probs, values, advantages) ->
 for each PPO epoch and mini-batch: micro-batches under a token budget, gradient accumulation,
-clip, optimizer update. Objectives per data kind live in `objectives.py`; this file is the loop.
+clip, optimizer update. The objective (all data kinds) lives in `objectives.py`; this file is the loop.
 """
 
 from __future__ import annotations
@@ -13,12 +13,18 @@ from pathlib import Path
 
 import torch
 from torch import nn
-
 from trinity.trainer import checkpoint as ckpt
-from trinity.trainer import objectives
 from trinity.trainer.algorithm import AlgorithmParts, resolve_algorithm
 from trinity.trainer.backend import register_backend
-from trinity.trainer.batch import Sample, TokenBatch, Tokenizer, collate, plan_micro_batches, to_samples
+from trinity.trainer.batch import (
+    Sample,
+    TokenBatch,
+    Tokenizer,
+    TokenSequence,
+    collate,
+    plan_micro_batches,
+    to_samples,
+)
 from trinity.trainer.config import TrainerSettings
 from trinity.trainer.logprobs import chunked_logprobs
 from trinity.trainer.models import (
@@ -30,13 +36,10 @@ from trinity.trainer.models import (
     load_tokenizer,
     response_hidden,
 )
+from trinity.trainer.objectives import MicroObjective, build_objective
 from trinity.trainer.optim import build_optimizer
 from trinity.trainer.weights import named_weights, save_hf
 from trinity.v1 import common_pb2
-
-# A micro-batch objective: (micro batch, its sample indices, the mini-batch's indices) ->
-# (loss already scaled to its share of the mini-batch loss, metrics, metric weight).
-MicroObjective = Callable[[list[int], list[int]], tuple[torch.Tensor, dict[str, float], float]]
 
 
 class TorchBackend:
@@ -127,19 +130,28 @@ class TorchBackend:
         )
 
     @torch.no_grad()
-    def _forward_only(self, samples: list[Sample], fn: Callable[[TokenBatch], torch.Tensor]) -> torch.Tensor:
-        """Apply `fn` to micro-batches of all chosen sequences; returns `[n, max_resp]` in sample order."""
-        full = collate([s.chosen for s in samples], self.pad_id)
-        out = torch.zeros(full.mask.shape, dtype=torch.float32)
-        for idx in plan_micro_batches(samples, self.settings.micro_batch_tokens):
-            mb = collate([samples[i].chosen for i in idx], self.pad_id)
+    def forward_rows(
+        self, rows: list[TokenSequence], fn: Callable[[TokenBatch], torch.Tensor]
+    ) -> torch.Tensor:
+        """Apply `fn` (no grad) to token-budget micro-batches of `rows`; returns `[rows, max_resp]`."""
+        width = max(max(len(r.response) for r in rows), 1)
+        out = torch.zeros((len(rows), width), dtype=torch.float32)
+        units = [Sample(id="", chosen=r) for r in rows]
+        for idx in plan_micro_batches(units, self.settings.micro_batch_tokens):
+            mb = collate([rows[i] for i in idx], self.pad_id)
             out[idx, : mb.mask.shape[1]] = fn(mb).float()
         return out
 
-    def reference_logprobs(self, samples: list[Sample]) -> torch.Tensor:
+    def reference_pass(self) -> Callable[[TokenBatch], torch.Tensor]:
+        """Reference log-probs `[rows, resp]` of a micro-batch."""
         assert self.reference is not None
-        with self.reference.active() as ref:
-            return self._forward_only(samples, lambda mb: self.token_logprobs(ref, mb)[0])
+        reference = self.reference
+
+        def run(mb: TokenBatch) -> torch.Tensor:
+            with reference.active() as ref:
+                return self.token_logprobs(ref, mb)[0]
+
+        return run
 
     # ----------------------------------------------------------------------------- the step
     def filter_batch(
@@ -157,7 +169,11 @@ class TorchBackend:
                 stale += 1
             else:
                 keep.append(e)
-        return keep, {"dropped/failed": float(failed), "dropped/duplicate": float(dup), "dropped/stale": float(stale)}
+        return keep, {
+            "dropped/failed": float(failed),
+            "dropped/duplicate": float(dup),
+            "dropped/stale": float(stale),
+        }
 
     def train_step(self, experiences: Sequence[common_pb2.Experience]) -> dict[str, float]:
         start = time.perf_counter()
@@ -166,7 +182,9 @@ class TorchBackend:
             return {**metrics, "skipped": 1.0, "step": float(self.step)}
         samples = to_samples(kept, self.tokenizer, max_seq_len=self.settings.max_seq_len)
         staleness = [self.step - s.model_version for s in samples]
-        metrics.update({"staleness/mean": sum(staleness) / len(staleness), "staleness/max": float(max(staleness))})
+        metrics.update(
+            {"staleness/mean": sum(staleness) / len(staleness), "staleness/max": float(max(staleness))}
+        )
 
         objective, prep = self._objective(samples)
         metrics.update(prep)
@@ -246,12 +264,7 @@ class TorchBackend:
         return {k: sums[k] / weights[k] for k in sums if weights[k] > 0}
 
     def _objective(self, samples: list[Sample]) -> tuple[MicroObjective, dict[str, float]]:
-        kind = self.algorithm.data_kind
-        if kind == "rollout":
-            return objectives.rollout(self, samples)
-        if kind == "sft":
-            return objectives.sft(self, samples)
-        return objectives.dpo(self, samples)
+        return build_objective(self, samples)
 
     def _clip_and_step(self) -> float:
         max_norm = self.settings.optimizer.max_grad_norm

@@ -4,14 +4,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from trainer_helpers import random_rollouts
 from transformers import AutoModelForCausalLM, AutoTokenizer
-
 from trinity.trainer.batch import Tokenizer, collate, plan_micro_batches, to_samples
 from trinity.trainer.logprobs import chunked_logprobs, naive_logprobs
 from trinity.trainer.models import response_hidden
 from trinity.v1 import common_pb2
-
-from trainer_helpers import random_rollouts
 
 
 def test_micro_batches_cover_every_sample_once_within_the_token_budget() -> None:
@@ -49,7 +47,9 @@ def test_response_positions_give_the_same_logprobs_as_a_full_forward(tiny_model:
 
 def test_text_only_sft_data_is_tokenized_with_the_chat_template(tiny_model: Path) -> None:
     tok = AutoTokenizer.from_pretrained(tiny_model)
-    exp = common_pb2.Experience(id="s", kind=common_pb2.EXPERIENCE_KIND_SFT, prompt_text="hi", response_text="yo")
+    exp = common_pb2.Experience(
+        id="s", kind=common_pb2.EXPERIENCE_KIND_SFT, prompt_text="hi", response_text="yo"
+    )
     [sample] = to_samples([exp], Tokenizer(tok))
     assert tok.decode(sample.chosen.prompt) == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     assert tok.decode(sample.chosen.response) == "yo<|im_end|>\n"
@@ -58,7 +58,10 @@ def test_text_only_sft_data_is_tokenized_with_the_chat_template(tiny_model: Path
 
 def test_messages_ending_with_an_assistant_turn_train_on_that_turn(tiny_model: Path) -> None:
     tok = AutoTokenizer.from_pretrained(tiny_model)
-    msgs = [common_pb2.ChatMessage(role="user", content="a"), common_pb2.ChatMessage(role="assistant", content="b")]
+    msgs = [
+        common_pb2.ChatMessage(role="user", content="a"),
+        common_pb2.ChatMessage(role="assistant", content="b"),
+    ]
     exp = common_pb2.Experience(id="m", kind=common_pb2.EXPERIENCE_KIND_SFT, messages=msgs)
     [sample] = to_samples([exp], Tokenizer(tok))
     assert tok.decode(sample.chosen.response) == "b<|im_end|>\n"
@@ -81,7 +84,7 @@ def test_preference_text_pairs_share_the_prompt(tiny_model: Path) -> None:
 
 def test_misaligned_logprobs_are_rejected_with_the_experience_id() -> None:
     exp = common_pb2.Experience(id="bad", prompt_token_ids=[5], response_token_ids=[6, 7], logprobs=[-1.0])
-    with pytest.raises(ValueError, match="'bad'.*logprobs"):
+    with pytest.raises(ValueError, match=r"'bad'.*logprobs"):
         to_samples([exp], None)
 
 

@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 from trainer_helpers import grpo_parts, random_rollouts
-
-from trinity.trainer.algorithm import AlgorithmParts
+from trinity.trainer.algorithm import AlgorithmParts, resolve_algorithm
 from trinity.trainer.batch import plan_micro_batches, to_samples
 from trinity.trainer.config import TrainerSettings
 from trinity.trainer.torch_backend import TorchBackend
@@ -41,17 +40,19 @@ def test_grpo_micro_batch_gradients_sum_to_the_full_batch_gradient(tiny_model: P
 
 def test_grpo_with_kl_and_entropy_terms_accumulates_exactly(tiny_model: Path) -> None:
     exps = random_rollouts(10, seed=8)
-    base = grpo_parts(kl_coef=0.1)
-    parts = AlgorithmParts(**{**base.__dict__, "entropy_coef": 0.01})
+    parts = grpo_parts(kl_coef=0.1, entropy_coef=0.01)
     _assert_same(_grads(tiny_model, parts, exps, SMALL), _grads(tiny_model, parts, exps, FULL_BATCH))
 
 
 def test_sft_micro_batch_gradients_sum_to_the_full_batch_gradient(tiny_model: Path) -> None:
     exps = [
         common_pb2.Experience(
-            id=f"s{i}", kind=common_pb2.EXPERIENCE_KIND_SFT, prompt_text="q" * (i + 1), response_text="a" * (2 * i + 1)
+            id=f"s{i}",
+            kind=common_pb2.EXPERIENCE_KIND_SFT,
+            prompt_text="q" * (i + 1),
+            response_text="a" * (2 * i + 1),
         )
         for i in range(6)
     ]
-    parts = AlgorithmParts(data_kind="sft")
+    parts = resolve_algorithm(TrainerSettings(model_path=str(tiny_model), algorithm="sft"))
     _assert_same(_grads(tiny_model, parts, exps, 40), _grads(tiny_model, parts, exps, FULL_BATCH))

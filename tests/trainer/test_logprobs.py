@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from trinity.trainer.logprobs import chunked_logprobs, naive_logprobs
 
 

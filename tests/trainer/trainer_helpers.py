@@ -4,27 +4,31 @@ from __future__ import annotations
 
 import random
 
-import trinity.algorithms.advantages
-import trinity.algorithms.kl
-import trinity.algorithms.policy_losses  # noqa: F401  (the imports register the functions)
-from trinity.algorithms.registry import ADVANTAGES, KL_ESTIMATORS, POLICY_LOSSES
+import trinity.algorithms as alg
 from trinity.trainer.algorithm import AlgorithmParts
 from trinity.v1 import common_pb2
 
 
-def grpo_parts(kl_coef: float = 0.0, **loss_overrides: object) -> AlgorithmParts:
-    """GRPO built from the library's registered pieces (independent of how presets name them)."""
+def grpo_parts(kl_coef: float = 0.0, entropy_coef: float = 0.0, **loss_overrides: object) -> AlgorithmParts:
+    """GRPO from the library's registered pieces, with explicit coefficients."""
+    loss = alg.policy_loss("ppo", **loss_overrides)
+    mode = loss.params["loss_agg_mode"]
     return AlgorithmParts(
         data_kind="rollout",
-        advantage=ADVANTAGES.build("grpo"),
-        policy_loss=POLICY_LOSSES.build("ppo", **loss_overrides),
-        kl=KL_ESTIMATORS.build("low_var_kl"),
+        advantage=alg.advantage("grpo"),
+        policy_loss=loss,
+        entropy=alg.entropy("default", entropy_coef=entropy_coef, loss_agg_mode=mode)
+        if entropy_coef
+        else None,
+        kl=alg.kl("low_var_kl"),
         kl_coef=kl_coef,
         needs_reference=kl_coef > 0,
     )
 
 
-def random_rollouts(n: int, *, seed: int = 0, vocab: int = 272, groups: int = 2) -> list[common_pb2.Experience]:
+def random_rollouts(
+    n: int, *, seed: int = 0, vocab: int = 272, groups: int = 2
+) -> list[common_pb2.Experience]:
     """Rollouts of varied prompt/response lengths with sampler log-probs, partial action masks and rewards."""
     rng = random.Random(seed)
     out = []

@@ -29,7 +29,7 @@ class InvalidArgument(ServiceError):
 
     def __init__(self, field: str, message: str) -> None:
         self.field = field
-        super().__init__(f"{field}: {message}")
+        super().__init__(f"{field}: {message}" if field else message)
 
 
 class NotFound(ServiceError):

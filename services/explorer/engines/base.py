@@ -159,7 +159,9 @@ def iter_safetensors_dir(path: str | Path) -> Iterator[tuple[str, torch.Tensor]]
 
     files = sorted(Path(path).glob("*.safetensors"))
     if not files:
-        raise FileNotFoundError(f"no *.safetensors files in {path}; save the checkpoint with safe_serialization")
+        raise FileNotFoundError(
+            f"no *.safetensors files in {path}; save the checkpoint with safe_serialization"
+        )
     for file in files:
         with safe_open(str(file), framework="pt") as f:
             for name in f.keys():  # noqa: SIM118 - safe_open is not a mapping

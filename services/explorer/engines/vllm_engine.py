@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-
 from trinity.explorer.engines.base import Engine, GenerationRequest, Sample
 from trinity.explorer.engines.registry import ENGINES
 from trinity.explorer.engines.weights import checkpoint_tensor_names, complete_groups

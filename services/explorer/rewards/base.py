@@ -27,7 +27,9 @@ class RewardOutcome:
     error: str = ""
 
 
-def evaluate_reward(fn: RewardFn, response_text: str, task: common_pb2.Task, timeout_s: float = 10.0) -> RewardOutcome:
+def evaluate_reward(
+    fn: RewardFn, response_text: str, task: common_pb2.Task, timeout_s: float = 10.0
+) -> RewardOutcome:
     """Score one response; a reward that raises or runs past `timeout_s` gives `failed=True`.
 
     The reward runs in a daemon thread: Python cannot kill a thread, so a reward stuck in a loop
@@ -39,7 +41,7 @@ def evaluate_reward(fn: RewardFn, response_text: str, task: common_pb2.Task, tim
     def target() -> None:
         try:
             box["value"] = fn(response_text, task)
-        except BaseException as e:  # noqa: BLE001 - any reward failure is reported, not raised
+        except BaseException as e:
             box["error"] = f"{type(e).__name__}: {e}"
 
     thread = threading.Thread(target=target, name="trinity-reward", daemon=True)

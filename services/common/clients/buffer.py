@@ -1,0 +1,144 @@
+"""BufferClient: what the Explorer, the Trainer and the SDK use to reach the Buffer."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import grpc
+from google.protobuf import json_format
+
+from trinity.config import StreamConfig, TaskSetConfig
+from trinity.runtime.client import call_with_retry, open_channel
+from trinity.v1 import buffer_pb2, buffer_pb2_grpc, common_pb2
+
+
+@dataclass
+class ReadBatch:
+    """Experiences delivered by one read, with the entry ids to acknowledge once they are used."""
+
+    experiences: list[common_pb2.Experience] = field(default_factory=list)
+    entry_ids: list[str] = field(default_factory=list)
+    delivery_counts: list[int] = field(default_factory=list)
+    dropped_stale: int = 0
+    reclaimed: int = 0
+    dead_lettered: int = 0
+
+    def __len__(self) -> int:
+        return len(self.experiences)
+
+
+class BufferClient:
+    """Every call has a deadline; calls that are safe to repeat retry transient failures with backoff.
+
+    Puts are safe to repeat (the Buffer drops duplicates by experience id), acks are idempotent, and a
+    read whose reply was lost leaves its entries pending, to be reclaimed: so all of them retry.
+    """
+
+    def __init__(self, target: str, *, token: str | None = None, timeout: float = 30.0) -> None:
+        self.target = target
+        self.timeout = timeout
+        self._channel = open_channel(target, token=token)
+        self._stub = buffer_pb2_grpc.BufferServiceStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> BufferClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def _call(self, method: str, request: object, timeout: float | None = None) -> object:
+        fn = getattr(self._stub, method)
+        return call_with_retry(lambda: fn(request, timeout=timeout or self.timeout))
+
+    # ---- task sets ---------------------------------------------------------------------------------
+
+    def create_taskset(self, config: TaskSetConfig, *, replace: bool = False) -> buffer_pb2.TaskSetInfo:
+        spec = json_format.ParseDict(config.model_dump(mode="json"), buffer_pb2.TaskSetSpec())
+        return self._call("CreateTaskSet", buffer_pb2.CreateTaskSetRequest(spec=spec, replace=replace))  # type: ignore[return-value]
+
+    def taskset(self, name: str) -> buffer_pb2.TaskSetInfo:
+        return self._call("GetTaskSet", buffer_pb2.GetTaskSetRequest(name=name))  # type: ignore[return-value]
+
+    def lease_tasks(
+        self, taskset: str, consumer: str, batch_size: int, lease_seconds: float = 0
+    ) -> buffer_pb2.LeaseTasksResponse:
+        request = buffer_pb2.LeaseTasksRequest(
+            taskset=taskset, consumer=consumer, batch_size=batch_size, lease_seconds=lease_seconds
+        )
+        return self._call("LeaseTasks", request)  # type: ignore[return-value]
+
+    def complete_tasks(
+        self, taskset: str, consumer: str, results: Iterable[buffer_pb2.TaskResult]
+    ) -> buffer_pb2.CompleteTasksResponse:
+        request = buffer_pb2.CompleteTasksRequest(taskset=taskset, consumer=consumer, results=list(results))
+        return self._call("CompleteTasks", request)  # type: ignore[return-value]
+
+    def release_tasks(self, consumer: str, taskset: str = "") -> int:
+        reply = self._call("ReleaseTasks", buffer_pb2.ReleaseTasksRequest(taskset=taskset, consumer=consumer))
+        return int(reply.released)  # type: ignore[attr-defined]
+
+    # ---- streams -----------------------------------------------------------------------------------
+
+    def create_stream(self, config: StreamConfig, *, exist_ok: bool = True) -> buffer_pb2.StreamInfo:
+        spec = json_format.ParseDict(config.model_dump(mode="json"), buffer_pb2.StreamSpec())
+        return self._call("CreateStream", buffer_pb2.CreateStreamRequest(spec=spec, exist_ok=exist_ok))  # type: ignore[return-value]
+
+    def stream(self, name: str) -> buffer_pb2.StreamInfo:
+        return self._call("GetStream", buffer_pb2.GetStreamRequest(name=name))  # type: ignore[return-value]
+
+    def put(self, stream: str, experiences: Sequence[common_pb2.Experience]) -> buffer_pb2.PutExperiencesResponse:
+        request = buffer_pb2.PutExperiencesRequest(stream=stream, experiences=experiences)
+        return self._call("PutExperiences", request)  # type: ignore[return-value]
+
+    def read(
+        self, stream: str, consumer: str, batch_size: int, *, block_ms: int = 0, min_model_version: int = 0
+    ) -> ReadBatch:
+        request = buffer_pb2.ReadExperiencesRequest(
+            stream=stream,
+            consumer=consumer,
+            batch_size=batch_size,
+            block_ms=block_ms,
+            min_model_version=min_model_version,
+        )
+        reply: buffer_pb2.ReadExperiencesResponse = self._call(  # type: ignore[assignment]
+            "ReadExperiences", request, timeout=self.timeout + block_ms / 1000
+        )
+        return ReadBatch(
+            experiences=[item.experience for item in reply.items],
+            entry_ids=[item.entry_id for item in reply.items],
+            delivery_counts=[item.delivery_count for item in reply.items],
+            dropped_stale=reply.dropped_stale,
+            reclaimed=reply.reclaimed,
+            dead_lettered=reply.dead_lettered,
+        )
+
+    def ack(self, stream: str, entry_ids: Sequence[str]) -> int:
+        reply = self._call("AckExperiences", buffer_pb2.AckExperiencesRequest(stream=stream, entry_ids=entry_ids))
+        return int(reply.acked)  # type: ignore[attr-defined]
+
+    def nack(self, stream: str, consumer: str, entry_ids: Sequence[str]) -> int:
+        request = buffer_pb2.NackExperiencesRequest(stream=stream, consumer=consumer, entry_ids=entry_ids)
+        return int(self._call("NackExperiences", request).requeued)  # type: ignore[attr-defined]
+
+    def trim(self, stream: str) -> int:
+        return int(self._call("TrimStream", buffer_pb2.TrimStreamRequest(stream=stream)).removed)  # type: ignore[attr-defined]
+
+    # ---- offline data ------------------------------------------------------------------------------
+
+    def load_offline(self, request: buffer_pb2.LoadOfflineDataRequest) -> buffer_pb2.LoadOfflineDataResponse:
+        return self._call("LoadOfflineData", request, timeout=max(self.timeout, 600))  # type: ignore[return-value]
+
+    def export(self, stream: str, path: str, fmt: str = "") -> int:
+        request = buffer_pb2.ExportStreamRequest(stream=stream, path=path, format=fmt)
+        return int(self._call("ExportStream", request, timeout=max(self.timeout, 600)).exported)  # type: ignore[attr-defined]
+
+    def status(self) -> common_pb2.ServiceStatus:
+        return self._call("GetStatus", common_pb2.GetStatusRequest())  # type: ignore[return-value]
+
+
+def is_status(err: BaseException, code: grpc.StatusCode) -> bool:
+    return isinstance(err, grpc.RpcError) and err.code() == code

@@ -1,0 +1,49 @@
+"""Weighted sums of registered rewards, e.g. `composite:math=0.9,format=0.1`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from trinity.explorer.rewards import format as _format  # noqa: F401 - registers the parts below
+from trinity.explorer.rewards import math as _math  # noqa: F401
+from trinity.explorer.rewards.base import REWARDS, RewardFn, _to_outcome
+from trinity.v1 import common_pb2
+
+COMPOSITE_PREFIX = "composite:"
+
+
+def composite_reward(weights: Mapping[str, float]) -> RewardFn:
+    """A reward returning `{name: part, ..., "reward": sum(weight * part)}` over registered rewards."""
+    parts = {name: REWARDS.get(name) for name in weights}
+
+    def reward(response_text: str, task: common_pb2.Task) -> dict[str, float]:
+        out: dict[str, float] = {}
+        total = 0.0
+        for name, fn in parts.items():
+            value = _to_outcome(fn(response_text, task))
+            if value.failed:
+                raise ValueError(f"part {name!r}: {value.error}")
+            out[name] = value.reward
+            total += weights[name] * value.reward
+        out["reward"] = total
+        return out
+
+    return reward
+
+
+def parse_composite(spec: str) -> RewardFn:
+    """Build a composite from `composite:name=weight,name=weight`."""
+    body = spec.removeprefix(COMPOSITE_PREFIX)
+    weights: dict[str, float] = {}
+    for item in filter(None, (s.strip() for s in body.split(","))):
+        name, sep, weight = item.partition("=")
+        if not sep:
+            raise ValueError(f"composite reward part {item!r} must be name=weight (in {spec!r})")
+        weights[name.strip()] = float(weight)
+    if not weights:
+        raise ValueError(f"composite reward {spec!r} names no parts")
+    return composite_reward(weights)
+
+
+# The R1-style default for math with a format bonus.
+REWARDS.register("math_format")(composite_reward({"math": 0.9, "format": 0.1}))

@@ -1,0 +1,122 @@
+"""The workflow contract and the helpers every workflow shares to build `Experience` messages.
+
+A workflow turns one `Task` into experiences: it runs the task `repeat_times` times with an
+engine, scores the results, and gives every experience of that run one `group_id`. The weight
+version on each experience is the one the engine reports for the generate call that produced it
+(exact even if weights change between the calls of a multi-step episode).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from trinity.explorer.engines.base import Engine, SamplingSettings
+from trinity.explorer.registry import Registry
+from trinity.explorer.rewards import RewardFn, evaluate_reward, get_reward
+from trinity.v1 import common_pb2
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    """How to run a task: repeats (the GRPO group size), sampling, and the reward time limit."""
+
+    repeat_times: int = 1
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    reward_timeout_s: float = 10.0
+    run_id: str = ""
+
+
+class Workflow(ABC):
+    """Runs one task; subclasses register with `@WORKFLOWS.register(name)`."""
+
+    default_reward: str = ""
+
+    @abstractmethod
+    def run(
+        self, task: common_pb2.Task, engine: Engine, settings: RolloutSettings
+    ) -> list[common_pb2.Experience]:
+        """All experiences of `settings.repeat_times` runs of `task`, sharing one group id."""
+
+    def reward_fn(self, task: common_pb2.Task) -> RewardFn:
+        """The task's own reward if it names one, else this workflow's default."""
+        name = task.reward_fn or self.default_reward
+        if not name:
+            raise ValueError(f"task {task.id!r} names no reward_fn and {type(self).__name__} has no default")
+        return get_reward(name)
+
+
+WORKFLOWS: Registry[type[Workflow]] = Registry("workflow")
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def new_experience(
+    task: common_pb2.Task,
+    settings: RolloutSettings,
+    *,
+    group_id: str,
+    model_version: int,
+    prompt_token_ids: Sequence[int],
+    response_token_ids: Sequence[int],
+    logprobs: Sequence[float],
+    action_mask: Sequence[bool] | None = None,
+    prompt_text: str = "",
+    response_text: str = "",
+    finish_reason: str = "",
+) -> common_pb2.Experience:
+    """A ROLLOUT experience with ids, provenance and tokens filled in (reward still 0).
+
+    `logprobs` and `action_mask` are [resp_len]; the mask defaults to all true (all model tokens).
+    """
+    if len(logprobs) != len(response_token_ids):
+        raise ValueError(f"{len(logprobs)} logprobs for {len(response_token_ids)} response tokens")
+    mask = [True] * len(response_token_ids) if action_mask is None else list(action_mask)
+    if len(mask) != len(response_token_ids):
+        raise ValueError(f"action_mask has {len(mask)} entries for {len(response_token_ids)} response tokens")
+    exp = common_pb2.Experience(
+        id=new_id(),
+        kind=common_pb2.EXPERIENCE_KIND_ROLLOUT,
+        run_id=settings.run_id,
+        taskset=task.taskset,
+        task_id=task.id,
+        group_id=group_id,
+        model_version=model_version,
+        prompt_token_ids=list(prompt_token_ids),
+        response_token_ids=list(response_token_ids),
+        logprobs=list(logprobs),
+        action_mask=mask,
+        prompt_text=prompt_text,
+        response_text=response_text,
+        finish_reason=finish_reason,
+        created_unix_ms=int(time.time() * 1000),
+    )
+    exp.metrics["response_tokens"] = float(len(response_token_ids))
+    exp.metrics["truncated"] = 1.0 if finish_reason == "length" else 0.0
+    return exp
+
+
+def score(
+    exp: common_pb2.Experience, fn: RewardFn, response_text: str, task: common_pb2.Task, timeout_s: float
+) -> None:
+    """Set the reward fields of `exp`; a failing reward marks it failed instead of raising."""
+    outcome = evaluate_reward(fn, response_text, task, timeout_s)
+    exp.reward = outcome.reward
+    exp.reward_components.update(outcome.components)
+    if outcome.failed:
+        exp.failed = True
+        exp.error = outcome.error
+
+
+def task_messages(task: common_pb2.Task, system_prompt: str | None = None) -> list[dict[str, str]]:
+    """The chat to prompt with: the task's messages if given, else its prompt as one user turn."""
+    if task.messages:
+        return [{"role": m.role, "content": m.content} for m in task.messages]
+    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    messages.append({"role": "user", "content": task.prompt})
+    return messages

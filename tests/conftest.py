@@ -1,0 +1,82 @@
+"""Shared fixtures: a real redis-server and real service processes on loopback ports."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from trinity.runtime.client import wait_until_serving
+from trinity.runtime.redis_server import RedisServer, free_port, start_redis_server
+
+# Two cores: keep every process to one compute thread so test processes do not starve each other.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+class ServiceProcess:
+    """`trinity serve <service>` in a child process: the same entrypoint the containers run."""
+
+    def __init__(self, service: str, env: dict[str, str] | None = None, port: int | None = None) -> None:
+        self.service = service
+        self.port = port or free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.env = {**os.environ, **(env or {})}
+        self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"trinity-{service}-{self.port}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 60.0) -> ServiceProcess:
+        log = self.log_path.open("wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "trinity.cli", "serve", self.service, "--port", str(self.port), "--host", "127.0.0.1"],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_until_serving(self.address, timeout=timeout, token=self.env.get("TRINITY_AUTH_TOKEN"))
+        except TimeoutError:
+            self.stop()
+            raise RuntimeError(f"{self.service} did not start:\n{self.log_path.read_text()[-4000:]}") from None
+        return self
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+    def logs(self) -> str:
+        return self.log_path.read_text() if self.log_path.exists() else ""
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    server = start_redis_server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def buffer_service(redis_server: RedisServer) -> Iterator[ServiceProcess]:
+    service = ServiceProcess("buffer", env={"TRINITY_REDIS_URL": redis_server.url}).start()
+    yield service
+    service.stop()
+
+
+@pytest.fixture
+def unique() -> str:
+    """A fresh name per test, so tests sharing one buffer never see each other's data."""
+    return "t" + uuid.uuid4().hex[:10]
