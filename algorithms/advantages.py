@@ -42,9 +42,7 @@ def broadcast_to_tokens(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tenso
     return torch.where(as_bool_mask(mask), scores.unsqueeze(-1), 0.0)
 
 
-def group_stats(
-    values: torch.Tensor, group_ids: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def group_stats(values: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-row statistics of the row's group: ``(mean, unbiased std, count)``, each ``[batch]``.
 
     Groups of one have std 0 (not NaN).
@@ -81,9 +79,7 @@ def discounted_cumsum(token_values: torch.Tensor, mask: torch.Tensor, gamma: flo
     return out
 
 
-def _baselined(
-    rewards: torch.Tensor, group_ids: torch.Tensor, epsilon: float, std_normalize: bool
-) -> torch.Tensor:
+def _baselined(rewards: torch.Tensor, group_ids: torch.Tensor, epsilon: float, std_normalize: bool) -> torch.Tensor:
     mean, std, count = group_stats(rewards, group_ids)
     single = count < 2
     mean = torch.where(single, torch.zeros_like(mean), mean)
@@ -131,9 +127,7 @@ def rec(
 
 @register_advantage("rloo")
 @torch.no_grad()
-def rloo(
-    *, rewards: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor, **_: object
-) -> AdvantageOutput:
+def rloo(*, rewards: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor, **_: object) -> AdvantageOutput:
     """RLOO: ``r_i - mean_{j != i} r_j = n / (n - 1) * (r_i - mean_g)`` (a group of one keeps its reward)."""
     _check_rows(rewards, mask, group_ids)
     mean, _std, count = group_stats(rewards, group_ids)
@@ -277,9 +271,7 @@ def on_policy_distill(
     With ``reward_to_go=True`` each token gets the discounted sum of the later per-token terms (the
     sequence-level reverse KL as a return), since an early token changes the states of all later ones.
     """
-    per_token = torch.where(
-        as_bool_mask(mask), kl_coef * (teacher_logprobs.float() - old_logprobs.float()), 0.0
-    )
+    per_token = torch.where(as_bool_mask(mask), kl_coef * (teacher_logprobs.float() - old_logprobs.float()), 0.0)
     return (discounted_cumsum(per_token, mask, gamma) if reward_to_go else per_token), None
 
 
@@ -303,19 +295,13 @@ def jsd(
     if not 0.0 < lambda_coef < 1.0:
         return torch.zeros(mask.shape, device=mask.device), None
     log_p, log_q = teacher_logprobs.float(), old_logprobs.float()
-    log_m = torch.logsumexp(
-        torch.stack([log_p + math.log(lambda_coef), log_q + math.log(1 - lambda_coef)]), dim=0
-    )
-    divergence = lambda_coef * log_p.exp() * (log_p - log_m) + (1 - lambda_coef) * log_q.exp() * (
-        log_q - log_m
-    )
+    log_m = torch.logsumexp(torch.stack([log_p + math.log(lambda_coef), log_q + math.log(1 - lambda_coef)]), dim=0)
+    divergence = lambda_coef * log_p.exp() * (log_p - log_m) + (1 - lambda_coef) * log_q.exp() * (log_q - log_m)
     return torch.where(as_bool_mask(mask), -kl_coef * divergence, 0.0), None
 
 
 # ---------------------------------------------------------------------------------------- multi-step
-def _normalize_in_groups(
-    values: torch.Tensor, group_ids: torch.Tensor, fnorm: str, epsilon: float
-) -> torch.Tensor:
+def _normalize_in_groups(values: torch.Tensor, group_ids: torch.Tensor, fnorm: str, epsilon: float) -> torch.Tensor:
     mean, std, count = group_stats(values, group_ids)
     single = count < 2
     mean = torch.where(single, torch.zeros_like(mean), mean)

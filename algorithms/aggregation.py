@@ -89,9 +89,7 @@ def agg_loss(
     try:
         reducer = _AGGREGATORS[mode]
     except KeyError:
-        raise ValueError(
-            f"unknown loss_agg_mode {mode!r}; known modes: {', '.join(LOSS_AGG_MODES)}"
-        ) from None
+        raise ValueError(f"unknown loss_agg_mode {mode!r}; known modes: {', '.join(LOSS_AGG_MODES)}") from None
     return reducer(loss_mat, as_bool_mask(mask), norm_constant)
 
 

@@ -32,27 +32,29 @@ def no_entropy(*, mask: torch.Tensor, **_: object) -> tuple[torch.Tensor, dict[s
     return torch.zeros((), device=mask.device), {}
 
 
-@register_entropy("default", entropy_coef=0.0, loss_agg_mode="token-mean")
+@register_entropy("default", entropy_coef=0.0, loss_agg_mode="token-mean", norm_constant=None)
 def default_entropy(
     *,
     mask: torch.Tensor,
     entropy_coef: float,
     loss_agg_mode: str,
+    norm_constant: float | None,
     entropies: torch.Tensor | None = None,
     logits: torch.Tensor | None = None,
     **_: object,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Entropy bonus over all valid tokens."""
-    entropy = agg_loss(_token_entropies(entropies, logits), mask, loss_agg_mode)
+    entropy = agg_loss(_token_entropies(entropies, logits), mask, loss_agg_mode, norm_constant)
     return -entropy_coef * entropy, {"entropy": entropy.item()}
 
 
-@register_entropy("mix", entropy_coef=0.0, loss_agg_mode="token-mean")
+@register_entropy("mix", entropy_coef=0.0, loss_agg_mode="token-mean", norm_constant=None)
 def mix_entropy(
     *,
     mask: torch.Tensor,
     entropy_coef: float,
     loss_agg_mode: str,
+    norm_constant: float | None,
     entropies: torch.Tensor | None = None,
     logits: torch.Tensor | None = None,
     expert_mask: torch.Tensor | None = None,
@@ -63,5 +65,5 @@ def mix_entropy(
     per_token = _token_entropies(entropies, logits)
     if expert_mask is not None:
         mask = mask.bool() & ~expert_mask.bool().unsqueeze(-1)
-    entropy = agg_loss(per_token, mask, loss_agg_mode)
+    entropy = agg_loss(per_token, mask, loss_agg_mode, norm_constant)
     return -entropy_coef * entropy, {"entropy": entropy.item()}

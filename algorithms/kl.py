@@ -39,9 +39,7 @@ def k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, **_: object) -> torch
 
 
 @register_kl("low_var_kl", clamp=10.0)
-def low_var_kl(
-    logprobs: torch.Tensor, ref_logprobs: torch.Tensor, *, clamp: float, **_: object
-) -> torch.Tensor:
+def low_var_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, *, clamp: float, **_: object) -> torch.Tensor:
     # The inner clamp keeps exp() finite; the outer one bounds the rare huge estimates that make k3 noisy.
     log_ratio = torch.clamp(ref_logprobs - logprobs, min=-20.0, max=20.0)
     return torch.clamp(torch.exp(log_ratio) - log_ratio - 1, min=-clamp, max=clamp)
@@ -130,8 +128,7 @@ class AdaptiveKLController:
     def __post_init__(self) -> None:
         if self.target_kl <= 0 or self.horizon <= 0:
             raise ValueError(
-                "AdaptiveKLController needs target_kl > 0 and horizon > 0, "
-                f"got {self.target_kl}, {self.horizon}"
+                f"AdaptiveKLController needs target_kl > 0 and horizon > 0, got {self.target_kl}, {self.horizon}"
             )
 
     def update(self, current_kl: float, n_steps: int) -> None:

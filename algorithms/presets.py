@@ -65,9 +65,7 @@ class AlgorithmPreset:
         for name in _ARG_FIELDS:  # freeze the argument mappings too, not only the attributes
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
         if self.data_kind not in DATA_KINDS:
-            raise ValueError(
-                f"preset {self.name!r}: data_kind must be one of {DATA_KINDS}, got {self.data_kind!r}"
-            )
+            raise ValueError(f"preset {self.name!r}: data_kind must be one of {DATA_KINDS}, got {self.data_kind!r}")
         uses_reference = self.kl_loss != "none" or self.kl_penalty != "none" or self.policy_loss == "dpo"
         if uses_reference != self.needs_reference:
             raise ValueError(
@@ -140,9 +138,7 @@ for _preset in (
         reward_shaping=("overlong_reward_penalty",),
         repeat_times=16,
     ),
-    AlgorithmPreset(
-        name="gspo", description="GSPO: sequence-level clipped ratio", policy_loss="gspo", **_GROUP_RL
-    ),
+    AlgorithmPreset(name="gspo", description="GSPO: sequence-level clipped ratio", policy_loss="gspo", **_GROUP_RL),
     AlgorithmPreset(
         name="rloo",
         description="RLOO: leave-one-out baseline",
@@ -202,9 +198,7 @@ for _preset in (
         advantage="asymre",
         repeat_times=2,
     ),
-    AlgorithmPreset(
-        name="cispo", description="CISPO: clipped importance weights", policy_loss="cispo", **_GROUP_RL
-    ),
+    AlgorithmPreset(name="cispo", description="CISPO: clipped importance weights", policy_loss="cispo", **_GROUP_RL),
     AlgorithmPreset(name="sapo", description="SAPO: soft-gated ratio", policy_loss="sapo", **_GROUP_RL),
     AlgorithmPreset(
         name="on_policy_distill",

@@ -140,9 +140,7 @@ class FunctionRegistry(Registry[RegisteredFn]):
 
         def decorator(fn: F) -> F:
             _check_declared(self.kind, name, fn, defaults)
-            self.add(
-                name, RegisteredFn(name, self.kind, fn, MappingProxyType(dict(defaults))), replace=replace
-            )
+            self.add(name, RegisteredFn(name, self.kind, fn, MappingProxyType(dict(defaults))), replace=replace)
             return fn
 
         return decorator
@@ -153,8 +151,7 @@ class FunctionRegistry(Registry[RegisteredFn]):
         if unknown:
             accepted = ", ".join(sorted(entry.defaults)) or "(none)"
             raise UnknownOverrideError(
-                f"{self.kind} {name!r} has no hyperparameter {', '.join(map(repr, unknown))}; "
-                f"accepted: {accepted}"
+                f"{self.kind} {name!r} has no hyperparameter {', '.join(map(repr, unknown))}; accepted: {accepted}"
             )
         return BoundFn(entry, {**entry.defaults, **overrides})
 

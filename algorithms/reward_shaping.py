@@ -19,9 +19,7 @@ def overlong_reward_penalty(
     window; -1 beyond ``L_max``; all times ``penalty_factor``.
     """
     if not 0 < cache_length <= max_response_length:
-        raise ValueError(
-            f"need 0 < cache_length <= max_response_length, got {cache_length} and {max_response_length}"
-        )
+        raise ValueError(f"need 0 < cache_length <= max_response_length, got {cache_length} and {max_response_length}")
     lengths = response_lengths.float()
     expected = max_response_length - cache_length
     penalty = torch.clamp((expected - lengths) / cache_length, min=-1.0, max=0.0)

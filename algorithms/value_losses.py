@@ -8,7 +8,7 @@ from .aggregation import agg_loss, masked_mean
 from .registry import register_value_loss
 
 
-@register_value_loss("clipped", cliprange_value=0.5, loss_agg_mode="token-mean")
+@register_value_loss("clipped", cliprange_value=0.5, loss_agg_mode="token-mean", norm_constant=None)
 def clipped_value_loss(
     *,
     values: torch.Tensor,
@@ -17,6 +17,7 @@ def clipped_value_loss(
     mask: torch.Tensor,
     cliprange_value: float,
     loss_agg_mode: str,
+    norm_constant: float | None,
     **_: object,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO's clipped value loss: ``0.5 * agg(max((V - R)^2, (clip(V, V_old +- c) - R)^2))``.
@@ -29,17 +30,23 @@ def clipped_value_loss(
     clipped = old_values + torch.clamp(values - old_values, -cliprange_value, cliprange_value)
     loss_unclipped = (values - returns).square()
     loss_clipped = (clipped - returns).square()
-    loss = 0.5 * agg_loss(torch.maximum(loss_unclipped, loss_clipped), mask, loss_agg_mode)
+    loss = 0.5 * agg_loss(torch.maximum(loss_unclipped, loss_clipped), mask, loss_agg_mode, norm_constant)
     return loss, {
         "vf_loss": loss.item(),
         "vf_clipfrac": masked_mean((loss_clipped > loss_unclipped).float(), mask).item(),
     }
 
 
-@register_value_loss("mse", loss_agg_mode="token-mean")
+@register_value_loss("mse", loss_agg_mode="token-mean", norm_constant=None)
 def mse_value_loss(
-    *, values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, loss_agg_mode: str, **_: object
+    *,
+    values: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+    loss_agg_mode: str,
+    norm_constant: float | None,
+    **_: object,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Unclipped ``0.5 * agg((V - R)^2)``."""
-    loss = 0.5 * agg_loss((values - returns).square(), mask, loss_agg_mode)
+    loss = 0.5 * agg_loss((values - returns).square(), mask, loss_agg_mode, norm_constant)
     return loss, {"vf_loss": loss.item()}

@@ -34,7 +34,17 @@ class ServiceProcess:
     def start(self, timeout: float = 60.0) -> ServiceProcess:
         log = self.log_path.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "trinity.cli", "serve", self.service, "--port", str(self.port), "--host", "127.0.0.1"],
+            [
+                sys.executable,
+                "-m",
+                "trinity.cli",
+                "serve",
+                self.service,
+                "--port",
+                str(self.port),
+                "--host",
+                "127.0.0.1",
+            ],
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -35,6 +35,7 @@ def chord_mu_schedule(step: int, warmup_steps: int, decay_steps: int, peak: floa
     clip_range_high=None,
     clip_ratio_c=3.0,
     loss_agg_mode="token-mean",
+    norm_constant=None,
 )
 def mix_chord(
     *,
@@ -53,6 +54,7 @@ def mix_chord(
     clip_range_high: float | None,
     clip_ratio_c: float,
     loss_agg_mode: str,
+    norm_constant: float | None,
     step: int = 0,
     **_: object,
 ) -> PolicyLossOutput:
@@ -85,12 +87,13 @@ def mix_chord(
             clip_high=high,
             clip_ratio_c=clip_ratio_c,
             loss_agg_mode=loss_agg_mode,
+            norm_constant=norm_constant,
         )
         metrics.update({f"usual/{k}": v for k, v in rl_metrics.items()})
     if expert.any():
         sft_fn = sft_phi if enable_phi_function else sft
         sft_loss, sft_metrics = sft_fn(
-            logprobs=logprobs[expert], mask=mask[expert], loss_agg_mode=loss_agg_mode
+            logprobs=logprobs[expert], mask=mask[expert], loss_agg_mode=loss_agg_mode, norm_constant=norm_constant
         )
         metrics.update({f"expert/{k}": v for k, v in sft_metrics.items()})
     loss = (1.0 - mu) * rl_loss + mu * sft_loss

@@ -19,6 +19,7 @@ def ppo_surrogate(
     clip_high: float,
     clip_ratio_c: float,
     loss_agg_mode: str,
+    norm_constant: float | None,
 ) -> PolicyLossOutput:
     """Dual-clip PPO surrogate, the core shared by ``ppo`` and ``mix_chord``.
 
@@ -35,7 +36,7 @@ def ppo_surrogate(
     upper = torch.maximum(unclipped, clipped)
     dual = torch.minimum(upper, -advantages * clip_ratio_c)
     per_token = torch.where(advantages < 0, dual, upper)
-    loss = agg_loss(per_token, mask, loss_agg_mode)
+    loss = agg_loss(per_token, mask, loss_agg_mode, norm_constant)
     lower_clipped = (upper > -advantages * clip_ratio_c) & (advantages < 0)
     return loss, {
         "pg_loss": loss.item(),
@@ -52,6 +53,7 @@ def ppo_surrogate(
     clip_range_high=None,
     clip_ratio_c=3.0,
     loss_agg_mode="token-mean",
+    norm_constant=None,
 )
 def ppo(
     *,
@@ -64,6 +66,7 @@ def ppo(
     clip_range_high: float | None,
     clip_ratio_c: float,
     loss_agg_mode: str,
+    norm_constant: float | None,
     **_: object,
 ) -> PolicyLossOutput:
     """PPO clipped surrogate with dual clip (also GRPO's and DAPO's loss; DAPO sets low/high 0.2/0.28)."""
@@ -77,11 +80,17 @@ def ppo(
         clip_high=high,
         clip_ratio_c=clip_ratio_c,
         loss_agg_mode=loss_agg_mode,
+        norm_constant=norm_constant,
     )
 
 
 @register_policy_loss(
-    "gspo", clip_range=None, clip_range_low=3e-4, clip_range_high=4e-4, loss_agg_mode="seq-mean-token-mean"
+    "gspo",
+    clip_range=None,
+    clip_range_low=3e-4,
+    clip_range_high=4e-4,
+    loss_agg_mode="seq-mean-token-mean",
+    norm_constant=None,
 )
 def gspo(
     *,
@@ -93,6 +102,7 @@ def gspo(
     clip_range_low: float | None,
     clip_range_high: float | None,
     loss_agg_mode: str,
+    norm_constant: float | None,
     **_: object,
 ) -> PolicyLossOutput:
     """GSPO-token (Zheng et al. 2025): clip a *sequence*-level ratio.
@@ -108,7 +118,7 @@ def gspo(
     ratio = torch.exp(torch.clamp(token_log_ratio, max=10.0))
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - low, 1.0 + high)
-    loss = agg_loss(torch.maximum(unclipped, clipped), mask, loss_agg_mode)
+    loss = agg_loss(torch.maximum(unclipped, clipped), mask, loss_agg_mode, norm_constant)
     rows = mask.bool().any(dim=-1)
     return loss, {
         "pg_loss": loss.item(),
@@ -118,7 +128,7 @@ def gspo(
     }
 
 
-@register_policy_loss("cispo", clip_range_low=1.0, clip_range_high=0.28, loss_agg_mode="token-mean")
+@register_policy_loss("cispo", clip_range_low=1.0, clip_range_high=0.28, loss_agg_mode="token-mean", norm_constant=None)
 def cispo(
     *,
     logprobs: torch.Tensor,
@@ -128,6 +138,7 @@ def cispo(
     clip_range_low: float,
     clip_range_high: float,
     loss_agg_mode: str,
+    norm_constant: float | None,
     **_: object,
 ) -> PolicyLossOutput:
     """CISPO (MiniMax-M1): clip the importance weight, not the update.
@@ -137,7 +148,7 @@ def cispo(
     """
     ratio = torch.exp(log_ratio(logprobs, old_logprobs)).detach()
     weight = torch.clamp(ratio, 1.0 - clip_range_low, 1.0 + clip_range_high)
-    loss = agg_loss(-advantages * weight * logprobs, mask, loss_agg_mode)
+    loss = agg_loss(-advantages * weight * logprobs, mask, loss_agg_mode, norm_constant)
     return loss, {
         "pg_loss": loss.item(),
         "pg_clipfrac": masked_mean((weight != ratio).float(), mask).item(),
@@ -145,7 +156,7 @@ def cispo(
     }
 
 
-@register_policy_loss("sapo", tau_pos=1.0, tau_neg=1.05, loss_agg_mode="token-mean")
+@register_policy_loss("sapo", tau_pos=1.0, tau_neg=1.05, loss_agg_mode="token-mean", norm_constant=None)
 def sapo(
     *,
     logprobs: torch.Tensor,
@@ -155,6 +166,7 @@ def sapo(
     tau_pos: float,
     tau_neg: float,
     loss_agg_mode: str,
+    norm_constant: float | None,
     **_: object,
 ) -> PolicyLossOutput:
     """SAPO (Gao et al. 2025): a soft, temperature-controlled gate instead of a hard clip.
@@ -168,7 +180,7 @@ def sapo(
     ratio = torch.exp(log_ratio(logprobs, old_logprobs))
     tau = torch.where(advantages > 0, tau_pos, tau_neg).to(ratio.dtype)
     gate = torch.sigmoid(tau * (ratio - 1.0)) * 4.0 / tau
-    loss = agg_loss(-advantages * gate, mask, loss_agg_mode)
+    loss = agg_loss(-advantages * gate, mask, loss_agg_mode, norm_constant)
     return loss, {
         "pg_loss": loss.item(),
         "sapo_gate_mean": masked_mean(gate.detach(), mask).item(),
@@ -176,7 +188,7 @@ def sapo(
     }
 
 
-@register_policy_loss("sppo", epsilon=0.3, loss_agg_mode="token-mean")
+@register_policy_loss("sppo", epsilon=0.3, loss_agg_mode="token-mean", norm_constant=None)
 def sppo(
     *,
     logprobs: torch.Tensor,
@@ -185,6 +197,7 @@ def sppo(
     mask: torch.Tensor,
     epsilon: float,
     loss_agg_mode: str,
+    norm_constant: float | None,
     **_: object,
 ) -> PolicyLossOutput:
     """sPPO: ``-A * log(pi / pi_old)`` on tokens with ratio in ``[1 / (1 + eps), 1 + eps]``, 0 elsewhere.
@@ -194,7 +207,7 @@ def sppo(
     ratio = torch.exp(log_ratio(logprobs, old_logprobs)).detach()
     in_range = (ratio >= 1.0 / (1.0 + epsilon)) & (ratio <= 1.0 + epsilon)
     per_token = -advantages * (logprobs - old_logprobs) * in_range.to(logprobs.dtype)
-    loss = agg_loss(per_token, mask, loss_agg_mode)
+    loss = agg_loss(per_token, mask, loss_agg_mode, norm_constant)
     return loss, {
         "pg_loss": loss.item(),
         "pg_clipfrac": masked_mean((~in_range).float(), mask).item(),

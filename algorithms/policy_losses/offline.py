@@ -10,16 +10,18 @@ from ..registry import register_policy_loss
 from .common import PolicyLossOutput
 
 
-@register_policy_loss("sft", loss_agg_mode="token-mean")
-def sft(*, logprobs: torch.Tensor, mask: torch.Tensor, loss_agg_mode: str, **_: object) -> PolicyLossOutput:
+@register_policy_loss("sft", loss_agg_mode="token-mean", norm_constant=None)
+def sft(
+    *, logprobs: torch.Tensor, mask: torch.Tensor, loss_agg_mode: str, norm_constant: float | None, **_: object
+) -> PolicyLossOutput:
     """Negative log-likelihood of the target tokens: ``agg(-logprobs)``."""
-    loss = agg_loss(-logprobs, mask, loss_agg_mode)
+    loss = agg_loss(-logprobs, mask, loss_agg_mode, norm_constant)
     return loss, {"sft_loss": loss.item()}
 
 
-@register_policy_loss("sft_phi", loss_agg_mode="token-mean")
+@register_policy_loss("sft_phi", loss_agg_mode="token-mean", norm_constant=None)
 def sft_phi(
-    *, logprobs: torch.Tensor, mask: torch.Tensor, loss_agg_mode: str, **_: object
+    *, logprobs: torch.Tensor, mask: torch.Tensor, loss_agg_mode: str, norm_constant: float | None, **_: object
 ) -> PolicyLossOutput:
     """CHORD's token-weighted SFT: ``agg(-sg(p (1 - p)) * logprobs)`` with ``p = exp(logprobs)``.
 
@@ -27,7 +29,7 @@ def sft_phi(
     implausible (p ~ 0), so expert data shapes the policy without overwriting it.
     """
     p = logprobs.detach().exp()
-    loss = agg_loss(-(p * (1.0 - p)) * logprobs, mask, loss_agg_mode)
+    loss = agg_loss(-(p * (1.0 - p)) * logprobs, mask, loss_agg_mode, norm_constant)
     return loss, {"sft_loss": loss.item()}
 
 
@@ -48,16 +50,12 @@ def dpo(
     ``-(1 - ls) log sigmoid(beta h) - ls log sigmoid(-beta h)`` (``ls = label_smoothing``, conservative DPO).
     """
     if logprobs.shape[0] % 2:
-        raise ValueError(
-            f"DPO needs an even number of rows in (chosen, rejected) pairs, got batch={logprobs.shape[0]}"
-        )
+        raise ValueError(f"DPO needs an even number of rows in (chosen, rejected) pairs, got batch={logprobs.shape[0]}")
     seq = masked_sum(logprobs, mask, dim=-1)
     ref = masked_sum(ref_logprobs, mask, dim=-1).detach()
     chosen, rejected = seq[0::2] - ref[0::2], seq[1::2] - ref[1::2]
     margin = chosen - rejected
-    losses = -(1.0 - label_smoothing) * F.logsigmoid(beta * margin) - label_smoothing * F.logsigmoid(
-        -beta * margin
-    )
+    losses = -(1.0 - label_smoothing) * F.logsigmoid(beta * margin) - label_smoothing * F.logsigmoid(-beta * margin)
     loss = losses.mean()
     return loss, {
         "dpo_loss": loss.item(),

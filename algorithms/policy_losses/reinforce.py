@@ -9,7 +9,7 @@ from ..registry import register_policy_loss
 from .common import PolicyLossOutput, approx_kl, log_ratio
 
 
-@register_policy_loss("topr", advantage_threshold=0.0, loss_agg_mode="token-mean")
+@register_policy_loss("topr", advantage_threshold=0.0, loss_agg_mode="token-mean", norm_constant=None)
 def topr(
     *,
     logprobs: torch.Tensor,
@@ -18,6 +18,7 @@ def topr(
     mask: torch.Tensor,
     advantage_threshold: float,
     loss_agg_mode: str,
+    norm_constant: float | None,
     **_: object,
 ) -> PolicyLossOutput:
     """TOPR (Tapered Off-Policy REINFORCE): ``-sg(alpha) * A * logprobs``.
@@ -27,7 +28,7 @@ def topr(
     """
     ratio = torch.exp(log_ratio(logprobs, old_logprobs)).detach()
     alpha = torch.where(advantages <= advantage_threshold, ratio.clamp(0.0, 1.0), torch.ones_like(ratio))
-    loss = agg_loss(-alpha * advantages * logprobs, mask, loss_agg_mode)
+    loss = agg_loss(-alpha * advantages * logprobs, mask, loss_agg_mode, norm_constant)
     return loss, {
         "pg_loss": loss.item(),
         "topr_alpha_mean": masked_mean(alpha, mask).item(),
@@ -35,7 +36,7 @@ def topr(
     }
 
 
-@register_policy_loss("opmd", tau=1.0, loss_agg_mode="token-mean")
+@register_policy_loss("opmd", tau=1.0, loss_agg_mode="token-mean", norm_constant=None)
 def opmd(
     *,
     logprobs: torch.Tensor,
@@ -43,10 +44,11 @@ def opmd(
     mask: torch.Tensor,
     tau: float,
     loss_agg_mode: str,
+    norm_constant: float | None,
     **_: object,
 ) -> PolicyLossOutput:
     """OPMD / AsymRE loss: ``agg(-A * logprobs) / (1 + tau)`` (no importance weight; ``tau`` regularizes)."""
-    loss = agg_loss(-advantages * logprobs, mask, loss_agg_mode) / (1.0 + tau)
+    loss = agg_loss(-advantages * logprobs, mask, loss_agg_mode, norm_constant) / (1.0 + tau)
     return loss, {"pg_loss": loss.item()}
 
 
@@ -67,6 +69,7 @@ _REC_REGULARIZERS = ("none", "k2", "forward-kl")
     regularizer_coef=0.0,
     temp=1.0,
     loss_agg_mode="token-mean",
+    norm_constant=None,
 )
 def rec(
     *,
@@ -84,6 +87,7 @@ def rec(
     regularizer_coef: float,
     temp: float,
     loss_agg_mode: str,
+    norm_constant: float | None,
     **_: object,
 ) -> PolicyLossOutput:
     """REC family (group-relative REINFORCE with optional clipping, weighting and regularization).
@@ -125,7 +129,7 @@ def rec(
         per_token = per_token + regularizer_coef * (logprobs - old_logprobs).square()
     elif regularizer == "forward-kl":
         per_token = per_token - regularizer_coef * logprobs
-    loss = agg_loss(per_token, mask, loss_agg_mode)
+    loss = agg_loss(per_token, mask, loss_agg_mode, norm_constant)
     return loss, {
         "pg_loss": loss.item(),
         "pg_clipfrac": masked_mean((~keep).float(), mask).item(),

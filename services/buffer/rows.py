@@ -21,7 +21,9 @@ def detect_format(path: Path, declared: str) -> str:
         return "jsonl"
     if suffix in (".parquet", ".pq"):
         return "parquet"
-    raise InvalidArgument("format", f"cannot tell the format of {path.name!r}; set format to jsonl, parquet or datasets")
+    raise InvalidArgument(
+        "format", f"cannot tell the format of {path.name!r}; set format to jsonl, parquet or datasets"
+    )
 
 
 def read_rows(path_text: str, fmt: str = "", split: str = "train", limit: int = 0, field: str = "path") -> list[Row]:

@@ -124,4 +124,3 @@ class BufferStore:
                 scored[int(index)] = value
         if scored:
             target.record_pass_rates(scored)
-

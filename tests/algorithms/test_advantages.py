@@ -2,6 +2,7 @@ import math
 
 import pytest
 import torch
+
 from trinity import algorithms as A
 
 EPS = 1e-6
@@ -39,9 +40,9 @@ def test_grpo_by_hand_with_equal_and_single_groups() -> None:
 def test_grpo_without_std_is_mean_centering() -> None:
     rewards, group_ids, mask = torch.tensor([0.0, 2.0, 4.0]), torch.zeros(3, dtype=torch.long), _mask(3, 3, 3)
     # mean 2, std 2: normalized (x - 2) / (2 + eps); unnormalized x - 2
-    assert _rows(
-        A.advantage("grpo")(rewards=rewards, mask=mask, group_ids=group_ids)[0], mask
-    ) == pytest.approx([-1.0, 0.0, 1.0], abs=1e-5)
+    assert _rows(A.advantage("grpo")(rewards=rewards, mask=mask, group_ids=group_ids)[0], mask) == pytest.approx(
+        [-1.0, 0.0, 1.0], abs=1e-5
+    )
     adv, _ = A.advantage("grpo", std_normalize=False)(rewards=rewards, mask=mask, group_ids=group_ids)
     assert _rows(adv, mask) == pytest.approx([-2.0, 0.0, 2.0])
 
@@ -54,9 +55,7 @@ def test_grpo_fully_masked_row_has_zero_advantage() -> None:
 
 def test_rec_by_hand() -> None:
     rewards, gid, mask = torch.tensor([1.0, 0.0]), torch.tensor([0, 0]), _mask(2, 2)
-    assert _rows(A.advantage("rec")(rewards=rewards, mask=mask, group_ids=gid)[0], mask) == pytest.approx(
-        [0.5, -0.5]
-    )
+    assert _rows(A.advantage("rec")(rewards=rewards, mask=mask, group_ids=gid)[0], mask) == pytest.approx([0.5, -0.5])
     adv, _ = A.advantage("rec", std_normalize=True)(rewards=rewards, mask=mask, group_ids=gid)
     assert _rows(adv, mask) == pytest.approx([0.5 / (SQRT_HALF + EPS), -0.5 / (SQRT_HALF + EPS)])
 
@@ -72,9 +71,7 @@ def test_rloo_by_hand() -> None:
 
 def test_reinforce_is_the_raw_reward() -> None:
     mask = _mask(1, 3)
-    adv, _ = A.advantage("reinforce")(
-        rewards=torch.tensor([0.3, -2.0]), mask=mask, group_ids=torch.tensor([0, 0])
-    )
+    adv, _ = A.advantage("reinforce")(rewards=torch.tensor([0.3, -2.0]), mask=mask, group_ids=torch.tensor([0, 0]))
     assert _rows(adv, mask) == pytest.approx([0.3, -2.0])
 
 
@@ -87,9 +84,7 @@ def test_asymre_by_hand() -> None:
 
 def test_opmd_mean_and_logavgexp_baselines_by_hand() -> None:
     rewards, gid, mask = torch.tensor([1.0, 0.0]), torch.tensor([0, 0]), _mask(2, 2)
-    assert _rows(A.advantage("opmd")(rewards=rewards, mask=mask, group_ids=gid)[0], mask) == pytest.approx(
-        [0.5, -0.5]
-    )
+    assert _rows(A.advantage("opmd")(rewards=rewards, mask=mask, group_ids=gid)[0], mask) == pytest.approx([0.5, -0.5])
     # tau = 1: baseline log((e + 1) / 2) = 0.620115
     baseline = math.log((math.e + 1) / 2)
     adv, _ = A.advantage("opmd", opmd_baseline="logavgexp")(rewards=rewards, mask=mask, group_ids=gid)
@@ -100,19 +95,13 @@ def test_opmd_mean_and_logavgexp_baselines_by_hand() -> None:
 
 def test_reinforce_plus_plus_whitens_returns_by_hand() -> None:
     rewards, mask = torch.tensor([1.0, 0.0]), _mask(2, 1, seq=2)
-    adv, returns = A.advantage("reinforceplusplus")(
-        rewards=rewards, mask=mask, group_ids=torch.tensor([0, 1])
-    )
+    adv, returns = A.advantage("reinforceplusplus")(rewards=rewards, mask=mask, group_ids=torch.tensor([0, 1]))
     # gamma 1: returns row0 [1, 1], row1 [0]; valid mean 2/3, unbiased var ((1/3)^2 * 2 + (2/3)^2) / 2 = 1/3
     std = math.sqrt(1 / 3)
     assert returns.tolist() == [[1.0, 1.0], [0.0, 0.0]]
-    assert adv.flatten().tolist() == pytest.approx(
-        [(1 / 3) / std, (1 / 3) / std, (-2 / 3) / std, 0.0], abs=1e-6
-    )
+    assert adv.flatten().tolist() == pytest.approx([(1 / 3) / std, (1 / 3) / std, (-2 / 3) / std, 0.0], abs=1e-6)
     # gamma .5: returns row0 [.5, 1], row1 [0]: mean .5, var (0 + .25 + .25) / 2 = .25 -> [0, 1], [-1]
-    adv, _ = A.advantage("reinforceplusplus", gamma=0.5)(
-        rewards=rewards, mask=mask, group_ids=torch.tensor([0, 1])
-    )
+    adv, _ = A.advantage("reinforceplusplus", gamma=0.5)(rewards=rewards, mask=mask, group_ids=torch.tensor([0, 1]))
     assert adv.flatten().tolist() == pytest.approx([0.0, 1.0, -1.0, 0.0], abs=1e-6)
 
 
@@ -142,9 +131,7 @@ def test_gae_skips_masked_tokens_inside_a_row_and_whitens() -> None:
     adv, _ = A.advantage("gae", whiten=False)(rewards=torch.tensor([1.0]), mask=mask, values=values)
     # t2: .3; t1 is skipped (its value 99 never read); t0: delta = .7 - .5 = .2 -> .5
     assert adv[0].tolist() == pytest.approx([0.5, 0.0, 0.3])
-    adv, _ = A.advantage("gae")(
-        rewards=torch.tensor([1.0]), mask=_mask(3), values=torch.tensor([[0.5, 0.6, 0.7]])
-    )
+    adv, _ = A.advantage("gae")(rewards=torch.tensor([1.0]), mask=_mask(3), values=torch.tensor([[0.5, 0.6, 0.7]]))
     # default whitening of [.5, .4, .3]: mean .4, unbiased std .1
     assert adv[0].tolist() == pytest.approx([1.0, 0.0, -1.0], abs=1e-5)
 
@@ -217,9 +204,7 @@ def test_gigpo_rejects_unknown_fnorm() -> None:
 
 def test_advantages_reject_misshaped_inputs() -> None:
     with pytest.raises(ValueError, match="rewards must be"):
-        A.advantage("grpo")(
-            rewards=torch.zeros(3), mask=_mask(1, 1), group_ids=torch.zeros(2, dtype=torch.long)
-        )
+        A.advantage("grpo")(rewards=torch.zeros(3), mask=_mask(1, 1), group_ids=torch.zeros(2, dtype=torch.long))
 
 
 def test_outcome_token_rewards_and_group_stats_helpers() -> None:

@@ -2,6 +2,7 @@ import math
 
 import pytest
 import torch
+
 from trinity import algorithms as A
 
 # loss = [[1, 2, 3], [4, 5, 6]], valid tokens: row0 {1, 2}, row1 {4}
@@ -66,9 +67,7 @@ def test_masked_whiten_by_hand() -> None:
 
 
 def test_masked_whiten_of_constant_or_single_value_is_zero() -> None:
-    assert A.masked_whiten(torch.full((1, 3), 5.0), torch.ones(1, 3, dtype=torch.bool)).tolist() == [
-        [0.0] * 3
-    ]
+    assert A.masked_whiten(torch.full((1, 3), 5.0), torch.ones(1, 3, dtype=torch.bool)).tolist() == [[0.0] * 3]
     single = A.masked_whiten(torch.tensor([[5.0, 9.0]]), torch.tensor([[True, False]]))
     assert not math.isnan(single.sum().item())
     assert single.tolist() == [[0.0, 0.0]]

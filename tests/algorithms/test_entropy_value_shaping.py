@@ -2,6 +2,7 @@ import math
 
 import pytest
 import torch
+
 from trinity import algorithms as A
 
 ENT = torch.tensor([[1.0, 2.0], [3.0, 9.0]])
@@ -17,9 +18,7 @@ def test_default_entropy_bonus_by_hand() -> None:
 
 def test_entropy_from_uniform_logits_is_log_vocab() -> None:
     logits = torch.zeros(1, 2, 4, requires_grad=True)
-    loss, metrics = A.entropy("default", entropy_coef=1.0)(
-        logits=logits, mask=torch.ones(1, 2, dtype=torch.bool)
-    )
+    loss, metrics = A.entropy("default", entropy_coef=1.0)(logits=logits, mask=torch.ones(1, 2, dtype=torch.bool))
     assert metrics["entropy"] == pytest.approx(math.log(4))
     loss.backward()
     assert torch.isfinite(logits.grad).all()

@@ -2,6 +2,7 @@ import math
 
 import pytest
 import torch
+
 from trinity import algorithms as A
 
 LN2 = math.log(2.0)
@@ -58,9 +59,7 @@ def test_kl_reward_penalty_by_hand() -> None:
     lp = torch.tensor([[0.2, 0.4, 5.0]])
     ref = torch.zeros(1, 3)
     mask = torch.tensor([[True, True, False]])
-    out, metrics = A.apply_kl_penalty(
-        token_rewards=rewards, logprobs=lp, ref_logprobs=ref, mask=mask, coef=0.5
-    )
+    out, metrics = A.apply_kl_penalty(token_rewards=rewards, logprobs=lp, ref_logprobs=ref, mask=mask, coef=0.5)
     # r - 0.5 * k1: 0 - 0.1, 1 - 0.2; the masked token keeps its reward
     assert out[0].tolist() == pytest.approx([-0.1, 0.8, 7.0])
     assert metrics["kl"] == pytest.approx(0.3)  # mean of 0.2, 0.4

@@ -2,6 +2,7 @@ import math
 
 import pytest
 import torch
+
 from trinity import algorithms as A
 
 LN = math.log
@@ -45,9 +46,7 @@ def test_ppo_clip_higher_override_like_dapo() -> None:
     args = dict(logprobs=lp, old_logprobs=torch.zeros(1, 1), advantages=_t([[1.0]]), mask=torch.ones(1, 1))
     # r 1.25 > 1.2: clipped to -1.2 by default, but inside 1 + .28
     assert A.policy_loss("ppo")(**args)[0].item() == pytest.approx(-1.2)
-    assert A.policy_loss("ppo", clip_range_low=0.2, clip_range_high=0.28)(**args)[0].item() == pytest.approx(
-        -1.25
-    )
+    assert A.policy_loss("ppo", clip_range_low=0.2, clip_range_high=0.28)(**args)[0].item() == pytest.approx(-1.25)
 
 
 def test_ppo_rejects_dual_clip_ratio_below_one() -> None:
@@ -99,9 +98,7 @@ def test_cispo_by_hand() -> None:
 # ----------------------------------------------------------------------------------------------- SAPO
 def test_sapo_on_policy_by_hand() -> None:
     lp = _leaf([[-1.0, -2.0]])
-    loss, _ = A.policy_loss("sapo")(
-        logprobs=lp, old_logprobs=lp.detach(), advantages=_t([[1.0, -1.0]]), mask=ONES2
-    )
+    loss, _ = A.policy_loss("sapo")(logprobs=lp, old_logprobs=lp.detach(), advantages=_t([[1.0, -1.0]]), mask=ONES2)
     # r = 1: gate = sigmoid(0) * 4 / tau = 2 / tau.  A+1 (tau 1): -2; A-1 (tau 1.05): +2 / 1.05
     assert loss.item() == pytest.approx((-2.0 + 2.0 / 1.05) / 2)
     loss.backward()
@@ -167,9 +164,7 @@ def test_rec_modes_by_hand() -> None:
     assert A.policy_loss("rec", weight="importance_sampling")(**args)[0].item() == pytest.approx(-0.15)
     # k2 regularizer: + .5 * (log r)^2 per token
     reg = 0.5 * (LN(1.5) ** 2 + LN(0.9) ** 2) / 2
-    assert A.policy_loss("rec", regularizer="k2", regularizer_coef=0.5)(**args)[0].item() == pytest.approx(
-        -0.5 + reg
-    )
+    assert A.policy_loss("rec", regularizer="k2", regularizer_coef=0.5)(**args)[0].item() == pytest.approx(-0.5 + reg)
     with pytest.raises(ValueError, match="clip_mode"):
         A.policy_loss("rec", clip_mode="sideways")(**args)
 
@@ -278,9 +273,7 @@ def test_mix_chord_with_only_expert_rows_still_backpropagates() -> None:
 def _generic_inputs() -> dict[str, torch.Tensor]:
     torch.manual_seed(0)
     lp = (-torch.rand(4, 3, dtype=torch.float64) - 0.1).requires_grad_(True)
-    mask = torch.tensor(
-        [[True, True, True], [True, True, False], [True, False, False], [False, False, False]]
-    )
+    mask = torch.tensor([[True, True, True], [True, True, False], [True, False, False], [False, False, False]])
     return dict(
         logprobs=lp,
         old_logprobs=lp.detach().clone(),
@@ -319,10 +312,25 @@ def test_every_loss_survives_an_all_masked_batch(name: str) -> None:
     assert torch.isfinite(inputs["logprobs"].grad).all()
 
 
-@pytest.mark.parametrize(
-    "name", [n for n in ALL_LOSSES if "loss_agg_mode" in A.POLICY_LOSSES.get(n).defaults]
-)
+@pytest.mark.parametrize("name", [n for n in ALL_LOSSES if "loss_agg_mode" in A.POLICY_LOSSES.get(n).defaults])
 @pytest.mark.parametrize("mode", A.LOSS_AGG_MODES)
 def test_every_loss_accepts_every_aggregation_mode(name: str, mode: str) -> None:
     loss, _ = A.policy_loss(name, loss_agg_mode=mode)(**_generic_inputs())
     assert torch.isfinite(loss)
+
+
+def test_norm_constant_reaches_seq_mean_token_sum_norm() -> None:
+    lp = _t([[-1.0, -2.0], [-3.0, 99.0]])
+    mask = torch.tensor([[True, True], [True, False]])
+    # sum of -lp over valid tokens = 6; divided by the padded length 2, or by a fixed constant 12 (Dr. GRPO)
+    assert A.policy_loss("sft", loss_agg_mode="seq-mean-token-sum-norm")(logprobs=lp, mask=mask)[0].item() == 3.0
+    fixed = A.policy_loss("sft", loss_agg_mode="seq-mean-token-sum-norm", norm_constant=12.0)
+    assert fixed(logprobs=lp, mask=mask)[0].item() == pytest.approx(0.5)
+
+
+def test_every_aggregating_function_exposes_norm_constant() -> None:
+    for registry in (A.POLICY_LOSSES, A.ENTROPY_TERMS, A.VALUE_LOSSES):
+        for name in registry.names():
+            defaults = registry.get(name).defaults
+            if "loss_agg_mode" in defaults:
+                assert defaults["norm_constant"] is None, name

@@ -2,6 +2,7 @@ import dataclasses
 
 import pytest
 import torch
+
 from trinity import algorithms as A
 
 TRINITY_TABLE = {
@@ -109,11 +110,7 @@ def test_grpo_preset_end_to_end_step() -> None:
     lp = torch.full((4, 3), -1.0, requires_grad=True)
     loss, metrics = p.build_policy_loss()(logprobs=lp, old_logprobs=lp.detach(), advantages=adv, mask=mask)
     kl_per_token = p.build_kl_loss()(lp, torch.full((4, 3), -1.2))
-    total = (
-        loss
-        + p.kl_loss_coef * A.agg_loss(kl_per_token, mask)
-        + p.build_entropy()(entropies=-lp, mask=mask)[0]
-    )
+    total = loss + p.kl_loss_coef * A.agg_loss(kl_per_token, mask) + p.build_entropy()(entropies=-lp, mask=mask)[0]
     total.backward()
     assert torch.isfinite(lp.grad).all()
     assert metrics["pg_clipfrac"] == 0.0

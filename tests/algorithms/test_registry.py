@@ -1,5 +1,6 @@
 import pytest
 import torch
+
 from trinity import algorithms as A
 from trinity.algorithms.registry import FunctionRegistry
 
@@ -48,9 +49,7 @@ def test_overrides_are_merged_with_defaults_and_read_only() -> None:
 def test_hyperparameter_passed_at_call_time_is_rejected() -> None:
     loss_fn = A.policy_loss("sft")
     with pytest.raises(TypeError, match="hyperparameters fixed"):
-        loss_fn(
-            logprobs=torch.zeros(1, 1), mask=torch.ones(1, 1, dtype=torch.bool), loss_agg_mode="token-mean"
-        )
+        loss_fn(logprobs=torch.zeros(1, 1), mask=torch.ones(1, 1, dtype=torch.bool), loss_agg_mode="token-mean")
 
 
 def test_researcher_adds_a_policy_loss_with_one_function() -> None:

@@ -24,6 +24,4 @@ def make_task(
 ) -> common_pb2.Task:
     struct = struct_pb2.Struct()
     struct.update(payload)
-    return common_pb2.Task(
-        id=task_id, taskset="set", prompt=prompt, answer=answer, reward_fn=reward_fn, payload=struct
-    )
+    return common_pb2.Task(id=task_id, taskset="set", prompt=prompt, answer=answer, reward_fn=reward_fn, payload=struct)

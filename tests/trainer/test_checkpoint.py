@@ -1,4 +1,4 @@
-"""Checkpoint + resume continues a run exactly: the next step's loss and weights match an uninterrupted run."""
+"""Checkpoint + resume continues a run exactly: same next-step loss and weights as an uninterrupted run."""
 
 from __future__ import annotations
 

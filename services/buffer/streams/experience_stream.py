@@ -21,7 +21,6 @@ from trinity.config import StreamConfig
 from trinity.v1 import common_pb2
 
 
-
 @dataclass
 class DeliveredEntry:
     entry_id: str
@@ -50,7 +49,8 @@ class ExperienceStream:
         self.config = config
         self.keys = StreamKeys(config.name)
         self._put = client.register_script(scripts.PUT)
-        self._reclaim = client.register_script(scripts.RECLAIM)
+        self._read = client.register_script(scripts.READ)
+        self._ack = client.register_script(scripts.ACK)
         self._replay = client.register_script(scripts.REPLAY)
 
     # ---- lifecycle -------------------------------------------------------------------------------
@@ -112,57 +112,41 @@ class ExperienceStream:
     # ---- read ------------------------------------------------------------------------------------
 
     def read(self, consumer: str, batch_size: int, block_ms: int = 0, min_model_version: int = 0) -> ReadResult:
+        """Reclaimed entries first, then new ones; if none and `block_ms` > 0, wait for an append."""
         if self.config.priority_replay.enabled:
             return self._read_replay(batch_size, min_model_version)
-        result = ReadResult()
-        reclaimed, dead = self._reclaim(
-            keys=[self.keys.stream, self.keys.dead_letters, self.keys.stats],
-            args=[self.config.group, consumer, self.config.claim_idle_ms, batch_size, self.config.max_deliveries],
-        )
-        result.dead_lettered = int(dead)
-        stale: list[str] = []
-        for entry_id, deliveries, fields in reclaimed:
-            self._collect(result, stale, _text(entry_id), int(deliveries), fields, min_model_version)
-        result.reclaimed = len(result.entries)
-        block: int | None = block_ms if block_ms > 0 and not result.entries else None
-        while len(result.entries) < batch_size:
-            want = batch_size - len(result.entries)
-            reply = self.client.xreadgroup(
-                self.config.group, consumer, {self.keys.stream: ">"}, count=want, block=block
-            )
-            rows = reply[0][1] if reply else []
-            if not rows:
-                break
-            for entry_id, fields in rows:
-                self._collect(result, stale, _text(entry_id), 1, fields, min_model_version)
-            block = None  # only the first read waits; afterwards take what is already there
-            if len(rows) < want:
-                break
-        if stale:
-            # Stale entries are consumed (acknowledged) and counted, never silently lost.
-            pipe = self.client.pipeline()
-            pipe.xack(self.keys.stream, self.config.group, *stale)
-            pipe.hincrby(self.keys.stats, "dropped:stale", len(stale))
-            pipe.execute()
-            result.dropped_stale = len(stale)
-        if result.entries:
-            self.client.hincrby(self.keys.stats, "delivered", len(result.entries))
+        result, last_id = self._read_once(consumer, batch_size, min_model_version)
+        # Scripts cannot block: wait here for anything appended after what the script saw.
+        if (
+            not result.entries
+            and block_ms > 0
+            and self.client.xread({self.keys.stream: last_id}, count=1, block=block_ms)
+        ):
+            again, _ = self._read_once(consumer, batch_size, min_model_version)
+            again.dropped_stale += result.dropped_stale
+            again.dead_lettered += result.dead_lettered
+            return again
         return result
 
-    def _collect(
-        self,
-        result: ReadResult,
-        stale: list[str],
-        entry_id: str,
-        deliveries: int,
-        fields: dict | list,
-        min_model_version: int,
-    ) -> None:
-        values = _fields(fields)
-        if int(values[b"v"]) < min_model_version:
-            stale.append(entry_id)
-        else:
-            result.entries.append(DeliveredEntry(entry_id, deliveries, values[b"d"]))
+    def _read_once(self, consumer: str, batch_size: int, min_model_version: int) -> tuple[ReadResult, bytes]:
+        rows, stale, reclaimed, dead, last_id = self._read(
+            keys=[self.keys.stream, self.keys.dead_letters, self.keys.stats],
+            args=[
+                self.config.group,
+                consumer,
+                self.config.claim_idle_ms,
+                batch_size,
+                self.config.max_deliveries,
+                min_model_version,
+            ],
+        )
+        result = ReadResult(
+            entries=[DeliveredEntry(_text(eid), int(n), payload) for eid, n, payload in rows],
+            dropped_stale=int(stale),
+            reclaimed=int(reclaimed),
+            dead_lettered=int(dead),
+        )
+        return result, last_id
 
     def _read_replay(self, batch_size: int, min_model_version: int) -> ReadResult:
         replay = self.config.priority_replay
@@ -178,13 +162,7 @@ class ExperienceStream:
     def ack(self, entry_ids: Sequence[str]) -> int:
         if not entry_ids or self.config.priority_replay.enabled:
             return 0
-        pipe = self.client.pipeline()
-        pipe.xack(self.keys.stream, self.config.group, *entry_ids)
-        acked_reply = pipe.execute()
-        acked = int(acked_reply[0])
-        if acked:
-            self.client.hincrby(self.keys.stats, "acked", acked)
-        return acked
+        return int(self._ack(keys=[self.keys.stream, self.keys.stats], args=[self.config.group, *entry_ids]))
 
     def nack(self, consumer: str, entry_ids: Sequence[str]) -> int:
         """Make entries reclaimable at once; the redelivery counts toward `max_deliveries`."""

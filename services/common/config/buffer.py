@@ -71,4 +71,3 @@ class StreamConfig(_Strict):
     max_len: int = Field(default=0, ge=0)
 
     _name = field_validator("name", "group")(_check_name)
-

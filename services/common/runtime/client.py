@@ -48,8 +48,6 @@ class _AuthInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientI
         return continuation(self._details(details), request)
 
 
-
-
 def open_channel(target: str, *, token: str | None = None, max_message_mb: int = 256) -> grpc.Channel:
     """An insecure channel to `target` (host:port) with retries; `token` defaults to TRINITY_AUTH_TOKEN."""
     token = token if token is not None else os.environ.get("TRINITY_AUTH_TOKEN") or None

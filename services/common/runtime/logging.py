@@ -34,9 +34,7 @@ def configure_logging(service: str, level: str | None = None) -> None:
     if not _configured:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(
-            structlog.stdlib.ProcessorFormatter(
-                processor=structlog.processors.JSONRenderer(), foreign_pre_chain=shared
-            )
+            structlog.stdlib.ProcessorFormatter(processor=structlog.processors.JSONRenderer(), foreign_pre_chain=shared)
         )
         root = logging.getLogger()
         root.handlers[:] = [handler]

@@ -109,9 +109,7 @@ class Engine(ABC):
             samples = self._generate(prompts, requests) if requests else []
         decode = self.tokenizer.decode
         return [
-            GenerationResult(
-                prompt_token_ids=list(p), prompt_text=decode(p), samples=s, model_version=version
-            )
+            GenerationResult(prompt_token_ids=list(p), prompt_text=decode(p), samples=s, model_version=version)
             for p, s in zip(prompts, samples, strict=True)
         ]
 
@@ -124,9 +122,7 @@ class Engine(ABC):
         """
         with self._lock:
             if version < self._model_version:
-                raise ValueError(
-                    f"weight version {version} is older than the served version {self._model_version}"
-                )
+                raise ValueError(f"weight version {version} is older than the served version {self._model_version}")
             self._load_weights(named_tensors)
             self._model_version = version
 
@@ -159,9 +155,7 @@ def iter_safetensors_dir(path: str | Path) -> Iterator[tuple[str, torch.Tensor]]
 
     files = sorted(Path(path).glob("*.safetensors"))
     if not files:
-        raise FileNotFoundError(
-            f"no *.safetensors files in {path}; save the checkpoint with safe_serialization"
-        )
+        raise FileNotFoundError(f"no *.safetensors files in {path}; save the checkpoint with safe_serialization")
     for file in files:
         with safe_open(str(file), framework="pt") as f:
             for name in f.keys():  # noqa: SIM118 - safe_open is not a mapping

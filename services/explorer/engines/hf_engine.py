@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
 from trinity.explorer.engines.base import Engine, GenerationRequest, Sample, truncate_at_stop
 from trinity.explorer.engines.registry import ENGINES
 
@@ -77,9 +78,7 @@ class TransformersEngine(Engine):
         out = self._model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
         new = out.sequences[:, len(prompt) :]  # [n, steps]
         # scores: one [n, vocab] tensor per step; -inf where top-k / top-p masked tokens out.
-        logp = torch.stack(
-            [torch.log_softmax(x.float(), dim=-1) for x in out.scores], dim=1
-        )  # [n, steps, vocab]
+        logp = torch.stack([torch.log_softmax(x.float(), dim=-1) for x in out.scores], dim=1)  # [n, steps, vocab]
         picked = logp.gather(-1, new.unsqueeze(-1)).squeeze(-1)  # [n, steps]
         samples = []
         for row, row_logp in zip(new.tolist(), picked.tolist(), strict=True):

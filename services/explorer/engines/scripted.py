@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
+
 from trinity.explorer.engines.base import Engine, GenerationRequest, Sample, truncate_at_stop
 from trinity.explorer.engines.registry import ENGINES
 

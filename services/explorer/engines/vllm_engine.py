@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
 from trinity.explorer.engines.base import Engine, GenerationRequest, Sample
 from trinity.explorer.engines.registry import ENGINES
 from trinity.explorer.engines.weights import checkpoint_tensor_names, complete_groups
@@ -91,9 +92,7 @@ class VllmEngine(Engine):
             )
             for r in requests
         ]
-        outputs = self._llm.generate(
-            [TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False
-        )
+        outputs = self._llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
         results: list[list[Sample]] = []
         for out in outputs:
             samples = []

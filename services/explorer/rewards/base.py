@@ -27,9 +27,7 @@ class RewardOutcome:
     error: str = ""
 
 
-def evaluate_reward(
-    fn: RewardFn, response_text: str, task: common_pb2.Task, timeout_s: float = 10.0
-) -> RewardOutcome:
+def evaluate_reward(fn: RewardFn, response_text: str, task: common_pb2.Task, timeout_s: float = 10.0) -> RewardOutcome:
     """Score one response; a reward that raises or runs past `timeout_s` gives `failed=True`.
 
     The reward runs in a daemon thread: Python cannot kill a thread, so a reward stuck in a loop

@@ -36,9 +36,7 @@ class Workflow(ABC):
     default_reward: str = ""
 
     @abstractmethod
-    def run(
-        self, task: common_pb2.Task, engine: Engine, settings: RolloutSettings
-    ) -> list[common_pb2.Experience]:
+    def run(self, task: common_pb2.Task, engine: Engine, settings: RolloutSettings) -> list[common_pb2.Experience]:
         """All experiences of `settings.repeat_times` runs of `task`, sharing one group id."""
 
     def reward_fn(self, task: common_pb2.Task) -> RewardFn:

@@ -75,9 +75,7 @@ class FrozenLakeEnvironment(StepEnvironment):
         action = parse_action(action_text)
         if action is None:
             note = "Invalid move; answer with one of Left, Down, Right, Up.\n"
-            return StepOutcome(
-                note + self.render(), self.invalid_action_reward, False, {"invalid_action": True}
-            )
+            return StepOutcome(note + self.render(), self.invalid_action_reward, False, {"invalid_action": True})
         self.position, reward, terminated, truncated, _ = self.env.step(action)
         success = terminated and reward > 0
         return StepOutcome(self.render(), float(reward), bool(terminated or truncated), {"success": success})

@@ -94,9 +94,7 @@ class MultiStepWorkflow(Workflow):
         self.max_steps = max_steps
         self.gamma = gamma
 
-    def run(
-        self, task: common_pb2.Task, engine: Engine, settings: RolloutSettings
-    ) -> list[common_pb2.Experience]:
+    def run(self, task: common_pb2.Task, engine: Engine, settings: RolloutSettings) -> list[common_pb2.Experience]:
         base_seed = zlib.crc32(task.id.encode())
         episodes = []
         for r in range(settings.repeat_times):
@@ -164,9 +162,7 @@ class MultiStepWorkflow(Workflow):
             )
             exp.episode_id, exp.step_index, exp.state_key = episode_id, index, s.state_key
             exp.reward = episode_return
-            exp.reward_components.update(
-                step_reward=s.reward, return_to_go=ret, episode_return=episode_return
-            )
+            exp.reward_components.update(step_reward=s.reward, return_to_go=ret, episode_return=episode_return)
             exp.metrics.update(
                 episode_length=float(len(ep.steps)),
                 success=float(success),

@@ -107,9 +107,7 @@ class MultiTurnWorkflow(Workflow):
         self.system_prompt = system_prompt
         self.default_reward = reward_fn
 
-    def run(
-        self, task: common_pb2.Task, engine: Engine, settings: RolloutSettings
-    ) -> list[common_pb2.Experience]:
+    def run(self, task: common_pb2.Task, engine: Engine, settings: RolloutSettings) -> list[common_pb2.Experience]:
         tok = engine.tokenizer
         reward_fn = self.reward_fn(task) if (task.reward_fn or self.default_reward) else None
         start = task_messages(task, self.system_prompt)
@@ -117,17 +115,13 @@ class MultiTurnWorkflow(Workflow):
         prompt_text = tok.decode(prompt_ids)
         envs = [self.env_factory(task) for _ in range(settings.repeat_times)]
         episodes = [
-            _Episode(list(start), list(prompt_ids), len(prompt_ids), prompt_text)
-            for _ in range(settings.repeat_times)
+            _Episode(list(start), list(prompt_ids), len(prompt_ids), prompt_text) for _ in range(settings.repeat_times)
         ]
         for _ in range(self.max_turns):
             active = [i for i, ep in enumerate(episodes) if not ep.done]
             if not active:
                 break
-            requests = [
-                GenerationRequest(prompt_token_ids=episodes[i].ids, sampling=settings.sampling)
-                for i in active
-            ]
+            requests = [GenerationRequest(prompt_token_ids=episodes[i].ids, sampling=settings.sampling) for i in active]
             for i, result in zip(active, engine.generate(requests), strict=True):
                 ep, sample = episodes[i], result.samples[0]
                 ep.extend(sample.token_ids, sample.logprobs)
@@ -201,8 +195,7 @@ def env_turn_ids(tokenizer: Any, role: str, content: str) -> list[int]:
     )
     if not after.startswith(before):
         raise ValueError(
-            "the chat template re-renders earlier turns when a turn is added; "
-            "multi_turn needs a prefix-stable template"
+            "the chat template re-renders earlier turns when a turn is added; multi_turn needs a prefix-stable template"
         )
     tail = before[before.index(_PROBE_ASSISTANT) + len(_PROBE_ASSISTANT) :]
     eos = tokenizer.eos_token or ""

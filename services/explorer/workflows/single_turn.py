@@ -35,14 +35,10 @@ class MathWorkflow(Workflow):
             prompt_task = common_pb2.Task()
             prompt_task.CopyFrom(task)
             prompt_task.prompt = self.prompt_text(task)
-            return GenerationRequest(
-                messages=task_messages(prompt_task, self.system_prompt), n=n, sampling=sampling
-            )
+            return GenerationRequest(messages=task_messages(prompt_task, self.system_prompt), n=n, sampling=sampling)
         return GenerationRequest(prompt=self.prompt_text(task), n=n, sampling=sampling)
 
-    def run(
-        self, task: common_pb2.Task, engine: Engine, settings: RolloutSettings
-    ) -> list[common_pb2.Experience]:
+    def run(self, task: common_pb2.Task, engine: Engine, settings: RolloutSettings) -> list[common_pb2.Experience]:
         reward_fn = self.reward_fn(task)
         result = engine.generate([self.request(task, settings)])[0]
         group_id = new_id()

@@ -1,0 +1,153 @@
+"""Buffer throughput: gRPC Put/Read/Ack through the Buffer process versus raw redis-py on the same server.
+
+Both sides move the same realistic experiences (200 prompt tokens, 1k response tokens with log-probs
+and an action mask) and both pay for protobuf serialization: the raw producer serializes, the raw
+consumer parses, as a trainer reading Redis directly would. Ratio = buffer / raw throughput.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any
+
+import redis
+
+from benchmarks.common import percentile, write_result
+from trinity.clients import BufferClient
+from trinity.config import StreamConfig
+from trinity.runtime.client import wait_until_serving
+from trinity.runtime.redis_server import free_port, start_redis_server
+from trinity.v1 import common_pb2
+
+PROMPT_TOKENS, RESPONSE_TOKENS = 200, 1024
+
+
+def _experience(i: int) -> common_pb2.Experience:
+    return common_pb2.Experience(
+        id=f"bench-{uuid.uuid4().hex}-{i}",
+        kind=common_pb2.EXPERIENCE_KIND_ROLLOUT,
+        group_id=f"g{i // 8}",
+        task_id=f"bench/{i // 8}",
+        model_version=1,
+        prompt_token_ids=[(7 * t) % 49152 for t in range(PROMPT_TOKENS)],
+        response_token_ids=[(13 * t + i) % 49152 for t in range(RESPONSE_TOKENS)],
+        logprobs=[-0.001 * (t % 997) for t in range(RESPONSE_TOKENS)],
+        action_mask=[True] * RESPONSE_TOKENS,
+        reward=float(i % 2),
+    )
+
+
+def _raw(client: redis.Redis, experiences: list[common_pb2.Experience], batch: int) -> dict[str, Any]:
+    stream, group = f"raw-{uuid.uuid4().hex[:8]}", "trainer"
+    client.xgroup_create(stream, group, id="0", mkstream=True)
+    put_lat, read_lat = [], []
+    start = time.perf_counter()
+    for i in range(0, len(experiences), batch):
+        t0 = time.perf_counter()
+        pipe = client.pipeline(transaction=False)
+        for e in experiences[i : i + batch]:
+            pipe.xadd(stream, {"id": e.id, "v": e.model_version, "d": e.SerializeToString()})
+        pipe.execute()
+        put_lat.append(time.perf_counter() - t0)
+    put_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    received = 0
+    while received < len(experiences):
+        t0 = time.perf_counter()
+        reply = client.xreadgroup(group, "c", {stream: ">"}, count=batch)
+        rows = reply[0][1]
+        parsed = [common_pb2.Experience.FromString(fields[b"d"]) for _, fields in rows]
+        client.xack(stream, group, *[entry_id for entry_id, _ in rows])
+        read_lat.append(time.perf_counter() - t0)
+        received += len(parsed)
+    read_seconds = time.perf_counter() - start
+    client.delete(stream)
+    return _summary(len(experiences), put_seconds, read_seconds, put_lat, read_lat)
+
+
+def _buffer(address: str, experiences: list[common_pb2.Experience], batch: int) -> dict[str, Any]:
+    stream = f"buf-{uuid.uuid4().hex[:8]}"
+    put_lat, read_lat = [], []
+    with BufferClient(address) as client:
+        client.create_stream(StreamConfig(name=stream))
+        start = time.perf_counter()
+        for i in range(0, len(experiences), batch):
+            t0 = time.perf_counter()
+            client.put(stream, experiences[i : i + batch])
+            put_lat.append(time.perf_counter() - t0)
+        put_seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        received = 0
+        while received < len(experiences):
+            t0 = time.perf_counter()
+            got = client.read(stream, "c", batch)
+            client.ack(stream, got.entry_ids)
+            read_lat.append(time.perf_counter() - t0)
+            received += len(got)
+        read_seconds = time.perf_counter() - start
+    return _summary(len(experiences), put_seconds, read_seconds, put_lat, read_lat)
+
+
+def _summary(n: int, put_s: float, read_s: float, put_lat: list[float], read_lat: list[float]) -> dict[str, Any]:
+    return {
+        "experiences": n,
+        "put_per_s": n / put_s,
+        "read_ack_per_s": n / read_s,
+        "round_trip_per_s": n / (put_s + read_s),
+        "put_batch_ms_p50": 1000 * percentile(put_lat, 50),
+        "put_batch_ms_p99": 1000 * percentile(put_lat, 99),
+        "read_ack_batch_ms_p50": 1000 * percentile(read_lat, 50),
+        "read_ack_batch_ms_p99": 1000 * percentile(read_lat, 99),
+    }
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    n, batch, repeats = (512, 32, 1) if quick else (4096, 64, 3)
+    experiences = [_experience(i) for i in range(n)]
+    payload_kb = len(experiences[0].SerializeToString()) / 1024
+    with start_redis_server() as server:
+        port = free_port()
+        env = {**os.environ, "TRINITY_REDIS_URL": server.url, "TRINITY_LOG_LEVEL": "WARNING"}
+        buffer = subprocess.Popen(
+            [sys.executable, "-m", "trinity.cli", "serve", "buffer", "--port", str(port), "--host", "127.0.0.1"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            address = f"127.0.0.1:{port}"
+            wait_until_serving(address, timeout=60)
+            client = redis.Redis.from_url(server.url)
+            # Alternate the two so that machine noise hits both alike; keep the best of each.
+            raw_runs, buffer_runs = [], []
+            for _ in range(repeats):
+                raw_runs.append(_raw(client, experiences, batch))
+                buffer_runs.append(_buffer(address, experiences, batch))
+                client.flushall()
+        finally:
+            buffer.terminate()
+            buffer.wait(timeout=30)
+    raw = max(raw_runs, key=lambda r: r["round_trip_per_s"])
+    buf = max(buffer_runs, key=lambda r: r["round_trip_per_s"])
+    result = {
+        "payload_kb_per_experience": round(payload_kb, 1),
+        "batch_size": batch,
+        "raw_redis": raw,
+        "buffer_grpc": buf,
+        "ratio_round_trip": buf["round_trip_per_s"] / raw["round_trip_per_s"],
+        "ratio_put": buf["put_per_s"] / raw["put_per_s"],
+        "ratio_read_ack": buf["read_ack_per_s"] / raw["read_ack_per_s"],
+        "target_ratio": 0.5,
+    }
+    write_result("buffer", result)
+    return result
+
+
+if __name__ == "__main__":
+    import json
+
+    print(json.dumps(run(quick="--quick" in sys.argv), indent=2))
