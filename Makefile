@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml setup.py
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec triton || true
 	touch $(STAMP)
 
-proto: $(STAMP)
+proto: | $(STAMP)
 	# protoc writes trinity/v1/*; the `trinity` package root is services/common (see setup.py).
 	rm -rf $(PROTO_OUT) .proto-build && mkdir -p .proto-build
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=.proto-build --pyi_out=.proto-build \

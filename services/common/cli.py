@@ -40,7 +40,7 @@ def _serve(args: argparse.Namespace) -> int:
         instance_id=args.instance_id,
     )
     embedded: RedisServer | None = None
-    if args.service == "buffer" and not settings.redis_url:
+    if args.service in ("buffer", "gateway") and not settings.redis_url:
         embedded = ensure_redis()  # the embedded default: a private redis-server
         settings = settings.model_copy(update={"redis_url": embedded.url})
     module_name, start_name = SERVICES[args.service]
@@ -70,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--redis-url", default=None, help="Redis URL (default TRINITY_REDIS_URL, else embedded)")
     serve.add_argument("--instance-id", default=None, help="stable instance name (default random)")
     serve.set_defaults(handler=_serve)
+    from trinity.stack import add_stack_commands  # the docker-compose stack (deploy/README.md)
+
+    add_stack_commands(commands)
     return parser
 
 

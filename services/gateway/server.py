@@ -1,27 +1,40 @@
-"""Start the Gateway service."""
+"""Start the Gateway: Redis-backed run state, the registry monitor, the servicer."""
 
 from __future__ import annotations
 
-from typing import Any
+import redis
 
-import grpc
-
-from trinity.runtime.server import GrpcServer, full_service_name, start_grpc_service
+from trinity.gateway.orchestrator import Orchestrator
+from trinity.gateway.registry import InstanceRegistry
+from trinity.gateway.runs import RunStore
+from trinity.gateway.service import GatewayServicer
+from trinity.gateway.sync_groups import SyncGroups
+from trinity.runtime.server import GrpcServer, ServiceRegistration, full_service_name
 from trinity.runtime.settings import ServiceSettings
-from trinity.runtime.status import service_status
 from trinity.v1 import gateway_pb2, gateway_pb2_grpc
 
 SERVICE_NAME = full_service_name(gateway_pb2, "GatewayService")
 
 
-class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
-    def __init__(self, settings: ServiceSettings) -> None:
-        self.settings = settings
-
-    def GetStatus(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return service_status("gateway", self.settings.instance_id)
-
-
 def start_gateway(settings: ServiceSettings) -> GrpcServer:
-    servicer = GatewayServicer(settings)
-    return start_grpc_service(settings, servicer, gateway_pb2_grpc.add_GatewayServiceServicer_to_server, SERVICE_NAME)
+    if not settings.redis_url:
+        raise ValueError("the gateway keeps run state in Redis: set TRINITY_REDIS_URL or pass --redis-url")
+    client = redis.Redis.from_url(settings.redis_url)
+    # The address services call back on is known once the server has bound its port.
+    orchestrator = Orchestrator(RunStore(client), InstanceRegistry(client), SyncGroups(client), address="")
+    servicer = GatewayServicer(orchestrator, settings.instance_id)
+
+    def shutdown() -> None:
+        orchestrator.stop()
+        client.close()
+
+    registration = ServiceRegistration(
+        add_to_server=lambda server: gateway_pb2_grpc.add_GatewayServiceServicer_to_server(servicer, server),
+        service_names=[SERVICE_NAME],
+        on_shutdown=shutdown,
+    )
+    server = GrpcServer(settings, registration)
+    orchestrator.address = settings.advertised_address(server.port)
+    server.start()
+    orchestrator.start_monitor()
+    return server

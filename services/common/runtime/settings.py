@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import uuid
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -28,6 +29,12 @@ class ServiceSettings(BaseModel):
     workers: int = Field(default=32, ge=1, le=1024)
     drain_seconds: float = Field(default=10.0, ge=0)
     gateway: str | None = Field(default=None, description="gateway address to register with")
+    advertise_host: str | None = Field(default=None, description="host others reach this service at")
+
+    def advertised_address(self, port: int) -> str:
+        """host:port as other services should dial it (a wildcard bind advertises the hostname)."""
+        host = self.advertise_host or (socket.gethostname() if self.host in ("0.0.0.0", "::", "") else self.host)
+        return f"{host}:{port}"
 
     @classmethod
     def from_env(cls, service: str, **overrides: object) -> ServiceSettings:
@@ -43,6 +50,7 @@ class ServiceSettings(BaseModel):
             "workers": int(_env("WORKERS", "32")),
             "drain_seconds": float(_env("DRAIN_SECONDS", "10")),
             "gateway": os.environ.get("TRINITY_GATEWAY") or None,
+            "advertise_host": os.environ.get("TRINITY_ADVERTISE_HOST") or None,
         }
         if os.environ.get("TRINITY_INSTANCE_ID"):
             values["instance_id"] = os.environ["TRINITY_INSTANCE_ID"]

@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from trinity.v1 import common_pb2 as trinity_dot_v1_dot_common__pb2
+from trinity.v1 import explorer_pb2 as trinity_dot_v1_dot_explorer__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -34,6 +35,21 @@ class ExplorerServiceStub:
         Args:
             channel: A grpc.Channel.
         """
+        self.StartRun = channel.unary_unary(
+                '/trinity.v1.ExplorerService/StartRun',
+                request_serializer=trinity_dot_v1_dot_explorer__pb2.StartRunRequest.SerializeToString,
+                response_deserializer=trinity_dot_v1_dot_common__pb2.ServiceStatus.FromString,
+                _registered_method=True)
+        self.StopRun = channel.unary_unary(
+                '/trinity.v1.ExplorerService/StopRun',
+                request_serializer=trinity_dot_v1_dot_explorer__pb2.StopRunRequest.SerializeToString,
+                response_deserializer=trinity_dot_v1_dot_common__pb2.ServiceStatus.FromString,
+                _registered_method=True)
+        self.Generate = channel.unary_unary(
+                '/trinity.v1.ExplorerService/Generate',
+                request_serializer=trinity_dot_v1_dot_explorer__pb2.GenerateRequest.SerializeToString,
+                response_deserializer=trinity_dot_v1_dot_explorer__pb2.GenerateResponse.FromString,
+                _registered_method=True)
         self.GetStatus = channel.unary_unary(
                 '/trinity.v1.ExplorerService/GetStatus',
                 request_serializer=trinity_dot_v1_dot_common__pb2.GetStatusRequest.SerializeToString,
@@ -44,6 +60,26 @@ class ExplorerServiceStub:
 class ExplorerServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
+    def StartRun(self, request, context):
+        """The Gateway assigns a run; the explorer starts pulling tasks for it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StopRun(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Generate(self, request, context):
+        """Direct generation for clients and debugging (uses the weights currently served).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetStatus(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -53,6 +89,21 @@ class ExplorerServiceServicer:
 
 def add_ExplorerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
+            'StartRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartRun,
+                    request_deserializer=trinity_dot_v1_dot_explorer__pb2.StartRunRequest.FromString,
+                    response_serializer=trinity_dot_v1_dot_common__pb2.ServiceStatus.SerializeToString,
+            ),
+            'StopRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.StopRun,
+                    request_deserializer=trinity_dot_v1_dot_explorer__pb2.StopRunRequest.FromString,
+                    response_serializer=trinity_dot_v1_dot_common__pb2.ServiceStatus.SerializeToString,
+            ),
+            'Generate': grpc.unary_unary_rpc_method_handler(
+                    servicer.Generate,
+                    request_deserializer=trinity_dot_v1_dot_explorer__pb2.GenerateRequest.FromString,
+                    response_serializer=trinity_dot_v1_dot_explorer__pb2.GenerateResponse.SerializeToString,
+            ),
             'GetStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.GetStatus,
                     request_deserializer=trinity_dot_v1_dot_common__pb2.GetStatusRequest.FromString,
@@ -68,6 +119,87 @@ def add_ExplorerServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class ExplorerService:
     """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def StartRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trinity.v1.ExplorerService/StartRun',
+            trinity_dot_v1_dot_explorer__pb2.StartRunRequest.SerializeToString,
+            trinity_dot_v1_dot_common__pb2.ServiceStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StopRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trinity.v1.ExplorerService/StopRun',
+            trinity_dot_v1_dot_explorer__pb2.StopRunRequest.SerializeToString,
+            trinity_dot_v1_dot_common__pb2.ServiceStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Generate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trinity.v1.ExplorerService/Generate',
+            trinity_dot_v1_dot_explorer__pb2.GenerateRequest.SerializeToString,
+            trinity_dot_v1_dot_explorer__pb2.GenerateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
 
     @staticmethod
     def GetStatus(request,

@@ -25,13 +25,75 @@ _sym_db = _symbol_database.Default()
 from trinity.v1 import common_pb2 as trinity_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18trinity/v1/gateway.proto\x12\ntrinity.v1\x1a\x17trinity/v1/common.proto2V\n\x0eGatewayService\x12\x44\n\tGetStatus\x12\x1c.trinity.v1.GetStatusRequest\x1a\x19.trinity.v1.ServiceStatusb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18trinity/v1/gateway.proto\x12\ntrinity.v1\x1a\x17trinity/v1/common.proto\"\xf3\x03\n\x03Run\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12#\n\x05state\x18\x03 \x01(\x0e\x32\x14.trinity.v1.RunState\x12\x13\n\x0b\x63onfig_json\x18\x04 \x01(\t\x12\x17\n\x0f\x63reated_unix_ms\x18\x05 \x01(\x03\x12\x17\n\x0fupdated_unix_ms\x18\x06 \x01(\x03\x12\r\n\x05\x65rror\x18\x07 \x01(\t\x12\x12\n\ntrain_step\x18\x08 \x01(\x03\x12\x14\n\x0c\x65xplore_step\x18\t \x01(\x03\x12\x15\n\rmodel_version\x18\n \x01(\x03\x12\r\n\x05stage\x18\x0b \x01(\x05\x12:\n\x0elatest_metrics\x18\x0c \x03(\x0b\x32\".trinity.v1.Run.LatestMetricsEntry\x12\x35\n\x0b\x61ssignments\x18\r \x03(\x0b\x32 .trinity.v1.Run.AssignmentsEntry\x12\x10\n\x08\x66inished\x18\x0e \x03(\t\x12\x18\n\x10\x66inal_model_path\x18\x0f \x01(\t\x1a\x34\n\x12LatestMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x1a\x32\n\x10\x41ssignmentsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"7\n\x10\x43reateRunRequest\x12\x13\n\x0b\x63onfig_yaml\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\"\x1f\n\rGetRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"\x11\n\x0fListRunsRequest\"1\n\x10ListRunsResponse\x12\x1d\n\x04runs\x18\x01 \x03(\x0b\x32\x0f.trinity.v1.Run\"2\n\x10\x43\x61ncelRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\xa4\x02\n\x08RunEvent\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0e\n\x06source\x18\x04 \x01(\t\x12\x0c\n\x04step\x18\x05 \x01(\x03\x12\x15\n\rmodel_version\x18\x06 \x01(\x03\x12\x32\n\x07metrics\x18\x07 \x03(\x0b\x32!.trinity.v1.RunEvent.MetricsEntry\x12\x0f\n\x07message\x18\x08 \x01(\t\x12\x0f\n\x07unix_ms\x18\t \x01(\x03\x12#\n\x05state\x18\n \x01(\x0e\x32\x14.trinity.v1.RunState\x12\r\n\x05stage\x18\x0b \x01(\x05\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"4\n\x0fWatchRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\tafter_seq\x18\x02 \x01(\t\"9\n\x12ReportEventRequest\x12#\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x14.trinity.v1.RunEvent\"6\n\x13ReportEventResponse\x12\x0b\n\x03seq\x18\x01 \x01(\t\x12\x12\n\nrun_active\x18\x02 \x01(\x08\"\x91\x01\n\x08Instance\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x12\x0f\n\x07service\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x0f\n\x07has_gpu\x18\x04 \x01(\x08\x12\r\n\x05\x61live\x18\x05 \x01(\x08\x12\x1e\n\x16last_heartbeat_unix_ms\x18\x06 \x01(\x03\x12\x0e\n\x06run_id\x18\x07 \x01(\t\"9\n\x0fRegisterRequest\x12&\n\x08instance\x18\x01 \x01(\x0b\x32\x14.trinity.v1.Instance\"6\n\x10RegisterResponse\x12\"\n\x1aheartbeat_interval_seconds\x18\x01 \x01(\x01\"N\n\x10HeartbeatRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x15\n\rmodel_version\x18\x03 \x01(\x03\"\"\n\x11HeartbeatResponse\x12\r\n\x05known\x18\x01 \x01(\x08\"\'\n\x14ListInstancesRequest\x12\x0f\n\x07service\x18\x01 \x01(\t\"@\n\x15ListInstancesResponse\x12\'\n\tinstances\x18\x01 \x03(\x0b\x32\x14.trinity.v1.Instance\"@\n\nSyncMember\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\x05\x12\x0f\n\x07has_gpu\x18\x03 \x01(\x08\"\x95\x02\n\tSyncGroup\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12\x0f\n\x07\x62\x61\x63kend\x18\x03 \x01(\t\x12\x0c\n\x04host\x18\x04 \x01(\t\x12\x0c\n\x04port\x18\x05 \x01(\x05\x12\x12\n\nworld_size\x18\x06 \x01(\x05\x12\'\n\x07members\x18\x07 \x03(\x0b\x32\x16.trinity.v1.SyncMember\x12\r\n\x05ready\x18\x08 \x01(\x08\x12\x19\n\x11\x61nnounced_version\x18\t \x01(\x03\x12\x16\n\x0e\x63heckpoint_dir\x18\n \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x0b \x01(\x01\x12\x11\n\tbucket_mb\x18\x0c \x01(\x01\x12\x0c\n\x04rank\x18\r \x01(\x05\"\xd7\x01\n\x14OpenSyncGroupRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x13\n\x0binstance_id\x18\x02 \x01(\t\x12\x0c\n\x04host\x18\x03 \x01(\t\x12\x0c\n\x04port\x18\x04 \x01(\x05\x12\x0f\n\x07has_gpu\x18\x05 \x01(\x08\x12\x0f\n\x07\x62\x61\x63kend\x18\x06 \x01(\t\x12\x18\n\x10\x65xplorer_workers\x18\x07 \x01(\x05\x12\x16\n\x0e\x63heckpoint_dir\x18\x08 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\t \x01(\x01\x12\x11\n\tbucket_mb\x18\n \x01(\x01\"L\n\x14JoinSyncGroupRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x13\n\x0binstance_id\x18\x02 \x01(\t\x12\x0f\n\x07has_gpu\x18\x03 \x01(\x08\"%\n\x13GetSyncGroupRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"M\n\x16\x41nnounceWeightsRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12\x0f\n\x07version\x18\x03 \x01(\x03\"b\n\x18ReportSyncFailureRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12\x13\n\x0binstance_id\x18\x03 \x01(\t\x12\r\n\x05\x65rror\x18\x04 \x01(\t*\x9b\x01\n\x08RunState\x12\x19\n\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x15\n\x11RUN_STATE_PENDING\x10\x01\x12\x15\n\x11RUN_STATE_RUNNING\x10\x02\x12\x17\n\x13RUN_STATE_SUCCEEDED\x10\x03\x12\x14\n\x10RUN_STATE_FAILED\x10\x04\x12\x17\n\x13RUN_STATE_CANCELLED\x10\x05\x32\xbf\x08\n\x0eGatewayService\x12:\n\tCreateRun\x12\x1c.trinity.v1.CreateRunRequest\x1a\x0f.trinity.v1.Run\x12\x34\n\x06GetRun\x12\x19.trinity.v1.GetRunRequest\x1a\x0f.trinity.v1.Run\x12\x45\n\x08ListRuns\x12\x1b.trinity.v1.ListRunsRequest\x1a\x1c.trinity.v1.ListRunsResponse\x12:\n\tCancelRun\x12\x1c.trinity.v1.CancelRunRequest\x1a\x0f.trinity.v1.Run\x12?\n\x08WatchRun\x12\x1b.trinity.v1.WatchRunRequest\x1a\x14.trinity.v1.RunEvent0\x01\x12N\n\x0bReportEvent\x12\x1e.trinity.v1.ReportEventRequest\x1a\x1f.trinity.v1.ReportEventResponse\x12\x45\n\x08Register\x12\x1b.trinity.v1.RegisterRequest\x1a\x1c.trinity.v1.RegisterResponse\x12H\n\tHeartbeat\x12\x1c.trinity.v1.HeartbeatRequest\x1a\x1d.trinity.v1.HeartbeatResponse\x12T\n\rListInstances\x12 .trinity.v1.ListInstancesRequest\x1a!.trinity.v1.ListInstancesResponse\x12H\n\rOpenSyncGroup\x12 .trinity.v1.OpenSyncGroupRequest\x1a\x15.trinity.v1.SyncGroup\x12H\n\rJoinSyncGroup\x12 .trinity.v1.JoinSyncGroupRequest\x1a\x15.trinity.v1.SyncGroup\x12\x46\n\x0cGetSyncGroup\x12\x1f.trinity.v1.GetSyncGroupRequest\x1a\x15.trinity.v1.SyncGroup\x12L\n\x0f\x41nnounceWeights\x12\".trinity.v1.AnnounceWeightsRequest\x1a\x15.trinity.v1.SyncGroup\x12P\n\x11ReportSyncFailure\x12$.trinity.v1.ReportSyncFailureRequest\x1a\x15.trinity.v1.SyncGroup\x12\x44\n\tGetStatus\x12\x1c.trinity.v1.GetStatusRequest\x1a\x19.trinity.v1.ServiceStatusb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'trinity.v1.gateway_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_GATEWAYSERVICE']._serialized_start=65
-  _globals['_GATEWAYSERVICE']._serialized_end=151
+  _globals['_RUN_LATESTMETRICSENTRY']._loaded_options = None
+  _globals['_RUN_LATESTMETRICSENTRY']._serialized_options = b'8\001'
+  _globals['_RUN_ASSIGNMENTSENTRY']._loaded_options = None
+  _globals['_RUN_ASSIGNMENTSENTRY']._serialized_options = b'8\001'
+  _globals['_RUNEVENT_METRICSENTRY']._loaded_options = None
+  _globals['_RUNEVENT_METRICSENTRY']._serialized_options = b'8\001'
+  _globals['_RUNSTATE']._serialized_start=2590
+  _globals['_RUNSTATE']._serialized_end=2745
+  _globals['_RUN']._serialized_start=66
+  _globals['_RUN']._serialized_end=565
+  _globals['_RUN_LATESTMETRICSENTRY']._serialized_start=461
+  _globals['_RUN_LATESTMETRICSENTRY']._serialized_end=513
+  _globals['_RUN_ASSIGNMENTSENTRY']._serialized_start=515
+  _globals['_RUN_ASSIGNMENTSENTRY']._serialized_end=565
+  _globals['_CREATERUNREQUEST']._serialized_start=567
+  _globals['_CREATERUNREQUEST']._serialized_end=622
+  _globals['_GETRUNREQUEST']._serialized_start=624
+  _globals['_GETRUNREQUEST']._serialized_end=655
+  _globals['_LISTRUNSREQUEST']._serialized_start=657
+  _globals['_LISTRUNSREQUEST']._serialized_end=674
+  _globals['_LISTRUNSRESPONSE']._serialized_start=676
+  _globals['_LISTRUNSRESPONSE']._serialized_end=725
+  _globals['_CANCELRUNREQUEST']._serialized_start=727
+  _globals['_CANCELRUNREQUEST']._serialized_end=777
+  _globals['_RUNEVENT']._serialized_start=780
+  _globals['_RUNEVENT']._serialized_end=1072
+  _globals['_RUNEVENT_METRICSENTRY']._serialized_start=1026
+  _globals['_RUNEVENT_METRICSENTRY']._serialized_end=1072
+  _globals['_WATCHRUNREQUEST']._serialized_start=1074
+  _globals['_WATCHRUNREQUEST']._serialized_end=1126
+  _globals['_REPORTEVENTREQUEST']._serialized_start=1128
+  _globals['_REPORTEVENTREQUEST']._serialized_end=1185
+  _globals['_REPORTEVENTRESPONSE']._serialized_start=1187
+  _globals['_REPORTEVENTRESPONSE']._serialized_end=1241
+  _globals['_INSTANCE']._serialized_start=1244
+  _globals['_INSTANCE']._serialized_end=1389
+  _globals['_REGISTERREQUEST']._serialized_start=1391
+  _globals['_REGISTERREQUEST']._serialized_end=1448
+  _globals['_REGISTERRESPONSE']._serialized_start=1450
+  _globals['_REGISTERRESPONSE']._serialized_end=1504
+  _globals['_HEARTBEATREQUEST']._serialized_start=1506
+  _globals['_HEARTBEATREQUEST']._serialized_end=1584
+  _globals['_HEARTBEATRESPONSE']._serialized_start=1586
+  _globals['_HEARTBEATRESPONSE']._serialized_end=1620
+  _globals['_LISTINSTANCESREQUEST']._serialized_start=1622
+  _globals['_LISTINSTANCESREQUEST']._serialized_end=1661
+  _globals['_LISTINSTANCESRESPONSE']._serialized_start=1663
+  _globals['_LISTINSTANCESRESPONSE']._serialized_end=1727
+  _globals['_SYNCMEMBER']._serialized_start=1729
+  _globals['_SYNCMEMBER']._serialized_end=1793
+  _globals['_SYNCGROUP']._serialized_start=1796
+  _globals['_SYNCGROUP']._serialized_end=2073
+  _globals['_OPENSYNCGROUPREQUEST']._serialized_start=2076
+  _globals['_OPENSYNCGROUPREQUEST']._serialized_end=2291
+  _globals['_JOINSYNCGROUPREQUEST']._serialized_start=2293
+  _globals['_JOINSYNCGROUPREQUEST']._serialized_end=2369
+  _globals['_GETSYNCGROUPREQUEST']._serialized_start=2371
+  _globals['_GETSYNCGROUPREQUEST']._serialized_end=2408
+  _globals['_ANNOUNCEWEIGHTSREQUEST']._serialized_start=2410
+  _globals['_ANNOUNCEWEIGHTSREQUEST']._serialized_end=2487
+  _globals['_REPORTSYNCFAILUREREQUEST']._serialized_start=2489
+  _globals['_REPORTSYNCFAILUREREQUEST']._serialized_end=2587
+  _globals['_GATEWAYSERVICE']._serialized_start=2748
+  _globals['_GATEWAYSERVICE']._serialized_end=3835
 # @@protoc_insertion_point(module_scope)

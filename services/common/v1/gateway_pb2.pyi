@@ -1,5 +1,319 @@
 from trinity.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
-from typing import ClassVar as _ClassVar
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class RunState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RUN_STATE_UNSPECIFIED: _ClassVar[RunState]
+    RUN_STATE_PENDING: _ClassVar[RunState]
+    RUN_STATE_RUNNING: _ClassVar[RunState]
+    RUN_STATE_SUCCEEDED: _ClassVar[RunState]
+    RUN_STATE_FAILED: _ClassVar[RunState]
+    RUN_STATE_CANCELLED: _ClassVar[RunState]
+RUN_STATE_UNSPECIFIED: RunState
+RUN_STATE_PENDING: RunState
+RUN_STATE_RUNNING: RunState
+RUN_STATE_SUCCEEDED: RunState
+RUN_STATE_FAILED: RunState
+RUN_STATE_CANCELLED: RunState
+
+class Run(_message.Message):
+    __slots__ = ("id", "name", "state", "config_json", "created_unix_ms", "updated_unix_ms", "error", "train_step", "explore_step", "model_version", "stage", "latest_metrics", "assignments", "finished", "final_model_path")
+    class LatestMetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class AssignmentsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
+    CREATED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    TRAIN_STEP_FIELD_NUMBER: _ClassVar[int]
+    EXPLORE_STEP_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    LATEST_METRICS_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_FIELD_NUMBER: _ClassVar[int]
+    FINAL_MODEL_PATH_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    name: str
+    state: RunState
+    config_json: str
+    created_unix_ms: int
+    updated_unix_ms: int
+    error: str
+    train_step: int
+    explore_step: int
+    model_version: int
+    stage: int
+    latest_metrics: _containers.ScalarMap[str, float]
+    assignments: _containers.ScalarMap[str, str]
+    finished: _containers.RepeatedScalarFieldContainer[str]
+    final_model_path: str
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., config_json: _Optional[str] = ..., created_unix_ms: _Optional[int] = ..., updated_unix_ms: _Optional[int] = ..., error: _Optional[str] = ..., train_step: _Optional[int] = ..., explore_step: _Optional[int] = ..., model_version: _Optional[int] = ..., stage: _Optional[int] = ..., latest_metrics: _Optional[_Mapping[str, float]] = ..., assignments: _Optional[_Mapping[str, str]] = ..., finished: _Optional[_Iterable[str]] = ..., final_model_path: _Optional[str] = ...) -> None: ...
+
+class CreateRunRequest(_message.Message):
+    __slots__ = ("config_yaml", "run_id")
+    CONFIG_YAML_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    config_yaml: str
+    run_id: str
+    def __init__(self, config_yaml: _Optional[str] = ..., run_id: _Optional[str] = ...) -> None: ...
+
+class GetRunRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class ListRunsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListRunsResponse(_message.Message):
+    __slots__ = ("runs",)
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    runs: _containers.RepeatedCompositeFieldContainer[Run]
+    def __init__(self, runs: _Optional[_Iterable[_Union[Run, _Mapping]]] = ...) -> None: ...
+
+class CancelRunRequest(_message.Message):
+    __slots__ = ("run_id", "reason")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    reason: str
+    def __init__(self, run_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class RunEvent(_message.Message):
+    __slots__ = ("run_id", "seq", "kind", "source", "step", "model_version", "metrics", "message", "unix_ms", "state", "stage")
+    class MetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    seq: str
+    kind: str
+    source: str
+    step: int
+    model_version: int
+    metrics: _containers.ScalarMap[str, float]
+    message: str
+    unix_ms: int
+    state: RunState
+    stage: int
+    def __init__(self, run_id: _Optional[str] = ..., seq: _Optional[str] = ..., kind: _Optional[str] = ..., source: _Optional[str] = ..., step: _Optional[int] = ..., model_version: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., message: _Optional[str] = ..., unix_ms: _Optional[int] = ..., state: _Optional[_Union[RunState, str]] = ..., stage: _Optional[int] = ...) -> None: ...
+
+class WatchRunRequest(_message.Message):
+    __slots__ = ("run_id", "after_seq")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    after_seq: str
+    def __init__(self, run_id: _Optional[str] = ..., after_seq: _Optional[str] = ...) -> None: ...
+
+class ReportEventRequest(_message.Message):
+    __slots__ = ("event",)
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    event: RunEvent
+    def __init__(self, event: _Optional[_Union[RunEvent, _Mapping]] = ...) -> None: ...
+
+class ReportEventResponse(_message.Message):
+    __slots__ = ("seq", "run_active")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    RUN_ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    seq: str
+    run_active: bool
+    def __init__(self, seq: _Optional[str] = ..., run_active: _Optional[bool] = ...) -> None: ...
+
+class Instance(_message.Message):
+    __slots__ = ("instance_id", "service", "address", "has_gpu", "alive", "last_heartbeat_unix_ms", "run_id")
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    SERVICE_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    HAS_GPU_FIELD_NUMBER: _ClassVar[int]
+    ALIVE_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    instance_id: str
+    service: str
+    address: str
+    has_gpu: bool
+    alive: bool
+    last_heartbeat_unix_ms: int
+    run_id: str
+    def __init__(self, instance_id: _Optional[str] = ..., service: _Optional[str] = ..., address: _Optional[str] = ..., has_gpu: _Optional[bool] = ..., alive: _Optional[bool] = ..., last_heartbeat_unix_ms: _Optional[int] = ..., run_id: _Optional[str] = ...) -> None: ...
+
+class RegisterRequest(_message.Message):
+    __slots__ = ("instance",)
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    instance: Instance
+    def __init__(self, instance: _Optional[_Union[Instance, _Mapping]] = ...) -> None: ...
+
+class RegisterResponse(_message.Message):
+    __slots__ = ("heartbeat_interval_seconds",)
+    HEARTBEAT_INTERVAL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    heartbeat_interval_seconds: float
+    def __init__(self, heartbeat_interval_seconds: _Optional[float] = ...) -> None: ...
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("instance_id", "run_id", "model_version")
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    instance_id: str
+    run_id: str
+    model_version: int
+    def __init__(self, instance_id: _Optional[str] = ..., run_id: _Optional[str] = ..., model_version: _Optional[int] = ...) -> None: ...
+
+class HeartbeatResponse(_message.Message):
+    __slots__ = ("known",)
+    KNOWN_FIELD_NUMBER: _ClassVar[int]
+    known: bool
+    def __init__(self, known: _Optional[bool] = ...) -> None: ...
+
+class ListInstancesRequest(_message.Message):
+    __slots__ = ("service",)
+    SERVICE_FIELD_NUMBER: _ClassVar[int]
+    service: str
+    def __init__(self, service: _Optional[str] = ...) -> None: ...
+
+class ListInstancesResponse(_message.Message):
+    __slots__ = ("instances",)
+    INSTANCES_FIELD_NUMBER: _ClassVar[int]
+    instances: _containers.RepeatedCompositeFieldContainer[Instance]
+    def __init__(self, instances: _Optional[_Iterable[_Union[Instance, _Mapping]]] = ...) -> None: ...
+
+class SyncMember(_message.Message):
+    __slots__ = ("instance_id", "rank", "has_gpu")
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    HAS_GPU_FIELD_NUMBER: _ClassVar[int]
+    instance_id: str
+    rank: int
+    has_gpu: bool
+    def __init__(self, instance_id: _Optional[str] = ..., rank: _Optional[int] = ..., has_gpu: _Optional[bool] = ...) -> None: ...
+
+class SyncGroup(_message.Message):
+    __slots__ = ("run_id", "generation", "backend", "host", "port", "world_size", "members", "ready", "announced_version", "checkpoint_dir", "timeout_seconds", "bucket_mb", "rank")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    ANNOUNCED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_DIR_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_MB_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    generation: int
+    backend: str
+    host: str
+    port: int
+    world_size: int
+    members: _containers.RepeatedCompositeFieldContainer[SyncMember]
+    ready: bool
+    announced_version: int
+    checkpoint_dir: str
+    timeout_seconds: float
+    bucket_mb: float
+    rank: int
+    def __init__(self, run_id: _Optional[str] = ..., generation: _Optional[int] = ..., backend: _Optional[str] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., world_size: _Optional[int] = ..., members: _Optional[_Iterable[_Union[SyncMember, _Mapping]]] = ..., ready: _Optional[bool] = ..., announced_version: _Optional[int] = ..., checkpoint_dir: _Optional[str] = ..., timeout_seconds: _Optional[float] = ..., bucket_mb: _Optional[float] = ..., rank: _Optional[int] = ...) -> None: ...
+
+class OpenSyncGroupRequest(_message.Message):
+    __slots__ = ("run_id", "instance_id", "host", "port", "has_gpu", "backend", "explorer_workers", "checkpoint_dir", "timeout_seconds", "bucket_mb")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    HAS_GPU_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    EXPLORER_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_DIR_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_MB_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    instance_id: str
+    host: str
+    port: int
+    has_gpu: bool
+    backend: str
+    explorer_workers: int
+    checkpoint_dir: str
+    timeout_seconds: float
+    bucket_mb: float
+    def __init__(self, run_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., has_gpu: _Optional[bool] = ..., backend: _Optional[str] = ..., explorer_workers: _Optional[int] = ..., checkpoint_dir: _Optional[str] = ..., timeout_seconds: _Optional[float] = ..., bucket_mb: _Optional[float] = ...) -> None: ...
+
+class JoinSyncGroupRequest(_message.Message):
+    __slots__ = ("run_id", "instance_id", "has_gpu")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    HAS_GPU_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    instance_id: str
+    has_gpu: bool
+    def __init__(self, run_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., has_gpu: _Optional[bool] = ...) -> None: ...
+
+class GetSyncGroupRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class AnnounceWeightsRequest(_message.Message):
+    __slots__ = ("run_id", "generation", "version")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    generation: int
+    version: int
+    def __init__(self, run_id: _Optional[str] = ..., generation: _Optional[int] = ..., version: _Optional[int] = ...) -> None: ...
+
+class ReportSyncFailureRequest(_message.Message):
+    __slots__ = ("run_id", "generation", "instance_id", "error")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    generation: int
+    instance_id: str
+    error: str
+    def __init__(self, run_id: _Optional[str] = ..., generation: _Optional[int] = ..., instance_id: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...

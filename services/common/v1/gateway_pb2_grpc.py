@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from trinity.v1 import common_pb2 as trinity_dot_v1_dot_common__pb2
+from trinity.v1 import gateway_pb2 as trinity_dot_v1_dot_gateway__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -34,6 +35,76 @@ class GatewayServiceStub:
         Args:
             channel: A grpc.Channel.
         """
+        self.CreateRun = channel.unary_unary(
+                '/trinity.v1.GatewayService/CreateRun',
+                request_serializer=trinity_dot_v1_dot_gateway__pb2.CreateRunRequest.SerializeToString,
+                response_deserializer=trinity_dot_v1_dot_gateway__pb2.Run.FromString,
+                _registered_method=True)
+        self.GetRun = channel.unary_unary(
+                '/trinity.v1.GatewayService/GetRun',
+                request_serializer=trinity_dot_v1_dot_gateway__pb2.GetRunRequest.SerializeToString,
+                response_deserializer=trinity_dot_v1_dot_gateway__pb2.Run.FromString,
+                _registered_method=True)
+        self.ListRuns = channel.unary_unary(
+                '/trinity.v1.GatewayService/ListRuns',
+                request_serializer=trinity_dot_v1_dot_gateway__pb2.ListRunsRequest.SerializeToString,
+                response_deserializer=trinity_dot_v1_dot_gateway__pb2.ListRunsResponse.FromString,
+                _registered_method=True)
+        self.CancelRun = channel.unary_unary(
+                '/trinity.v1.GatewayService/CancelRun',
+                request_serializer=trinity_dot_v1_dot_gateway__pb2.CancelRunRequest.SerializeToString,
+                response_deserializer=trinity_dot_v1_dot_gateway__pb2.Run.FromString,
+                _registered_method=True)
+        self.WatchRun = channel.unary_stream(
+                '/trinity.v1.GatewayService/WatchRun',
+                request_serializer=trinity_dot_v1_dot_gateway__pb2.WatchRunRequest.SerializeToString,
+                response_deserializer=trinity_dot_v1_dot_gateway__pb2.RunEvent.FromString,
+                _registered_method=True)
+        self.ReportEvent = channel.unary_unary(
+                '/trinity.v1.GatewayService/ReportEvent',
+                request_serializer=trinity_dot_v1_dot_gateway__pb2.ReportEventRequest.SerializeToString,
+                response_deserializer=trinity_dot_v1_dot_gateway__pb2.ReportEventResponse.FromString,
+                _registered_method=True)
+        self.Register = channel.unary_unary(
+                '/trinity.v1.GatewayService/Register',
+                request_serializer=trinity_dot_v1_dot_gateway__pb2.RegisterRequest.SerializeToString,
+                response_deserializer=trinity_dot_v1_dot_gateway__pb2.RegisterResponse.FromString,
+                _registered_method=True)
+        self.Heartbeat = channel.unary_unary(
+                '/trinity.v1.GatewayService/Heartbeat',
+                request_serializer=trinity_dot_v1_dot_gateway__pb2.HeartbeatRequest.SerializeToString,
+                response_deserializer=trinity_dot_v1_dot_gateway__pb2.HeartbeatResponse.FromString,
+                _registered_method=True)
+        self.ListInstances = channel.unary_unary(
+                '/trinity.v1.GatewayService/ListInstances',
+                request_serializer=trinity_dot_v1_dot_gateway__pb2.ListInstancesRequest.SerializeToString,
+                response_deserializer=trinity_dot_v1_dot_gateway__pb2.ListInstancesResponse.FromString,
+                _registered_method=True)
+        self.OpenSyncGroup = channel.unary_unary(
+                '/trinity.v1.GatewayService/OpenSyncGroup',
+                request_serializer=trinity_dot_v1_dot_gateway__pb2.OpenSyncGroupRequest.SerializeToString,
+                response_deserializer=trinity_dot_v1_dot_gateway__pb2.SyncGroup.FromString,
+                _registered_method=True)
+        self.JoinSyncGroup = channel.unary_unary(
+                '/trinity.v1.GatewayService/JoinSyncGroup',
+                request_serializer=trinity_dot_v1_dot_gateway__pb2.JoinSyncGroupRequest.SerializeToString,
+                response_deserializer=trinity_dot_v1_dot_gateway__pb2.SyncGroup.FromString,
+                _registered_method=True)
+        self.GetSyncGroup = channel.unary_unary(
+                '/trinity.v1.GatewayService/GetSyncGroup',
+                request_serializer=trinity_dot_v1_dot_gateway__pb2.GetSyncGroupRequest.SerializeToString,
+                response_deserializer=trinity_dot_v1_dot_gateway__pb2.SyncGroup.FromString,
+                _registered_method=True)
+        self.AnnounceWeights = channel.unary_unary(
+                '/trinity.v1.GatewayService/AnnounceWeights',
+                request_serializer=trinity_dot_v1_dot_gateway__pb2.AnnounceWeightsRequest.SerializeToString,
+                response_deserializer=trinity_dot_v1_dot_gateway__pb2.SyncGroup.FromString,
+                _registered_method=True)
+        self.ReportSyncFailure = channel.unary_unary(
+                '/trinity.v1.GatewayService/ReportSyncFailure',
+                request_serializer=trinity_dot_v1_dot_gateway__pb2.ReportSyncFailureRequest.SerializeToString,
+                response_deserializer=trinity_dot_v1_dot_gateway__pb2.SyncGroup.FromString,
+                _registered_method=True)
         self.GetStatus = channel.unary_unary(
                 '/trinity.v1.GatewayService/GetStatus',
                 request_serializer=trinity_dot_v1_dot_common__pb2.GetStatusRequest.SerializeToString,
@@ -44,6 +115,99 @@ class GatewayServiceStub:
 class GatewayServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
+    def CreateRun(self, request, context):
+        """Runs --------------------------------------------------------------------------------------
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetRun(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListRuns(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelRun(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchRun(self, request, context):
+        """Every event of a run from `after_seq` on, then live ones until the run ends.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportEvent(self, request, context):
+        """Services report progress (steps, metrics, weight versions, evaluations, errors) here.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Register(self, request, context):
+        """Service registry ----------------------------------------------------------------------------
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Heartbeat(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListInstances(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OpenSyncGroup(self, request, context):
+        """Weight-sync groups ---------------------------------------------------------------------------
+        The trainer opens a group after reserving its rendezvous port; a new generation starts.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def JoinSyncGroup(self, request, context):
+        """An explorer worker joins the current generation and learns its rank.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSyncGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AnnounceWeights(self, request, context):
+        """The trainer announces the version it is about to broadcast; members enter the receive.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportSyncFailure(self, request, context):
+        """A member saw an update fail: the group is closed and must be re-formed (new generation).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetStatus(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -53,6 +217,76 @@ class GatewayServiceServicer:
 
 def add_GatewayServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
+            'CreateRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateRun,
+                    request_deserializer=trinity_dot_v1_dot_gateway__pb2.CreateRunRequest.FromString,
+                    response_serializer=trinity_dot_v1_dot_gateway__pb2.Run.SerializeToString,
+            ),
+            'GetRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRun,
+                    request_deserializer=trinity_dot_v1_dot_gateway__pb2.GetRunRequest.FromString,
+                    response_serializer=trinity_dot_v1_dot_gateway__pb2.Run.SerializeToString,
+            ),
+            'ListRuns': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRuns,
+                    request_deserializer=trinity_dot_v1_dot_gateway__pb2.ListRunsRequest.FromString,
+                    response_serializer=trinity_dot_v1_dot_gateway__pb2.ListRunsResponse.SerializeToString,
+            ),
+            'CancelRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelRun,
+                    request_deserializer=trinity_dot_v1_dot_gateway__pb2.CancelRunRequest.FromString,
+                    response_serializer=trinity_dot_v1_dot_gateway__pb2.Run.SerializeToString,
+            ),
+            'WatchRun': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchRun,
+                    request_deserializer=trinity_dot_v1_dot_gateway__pb2.WatchRunRequest.FromString,
+                    response_serializer=trinity_dot_v1_dot_gateway__pb2.RunEvent.SerializeToString,
+            ),
+            'ReportEvent': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportEvent,
+                    request_deserializer=trinity_dot_v1_dot_gateway__pb2.ReportEventRequest.FromString,
+                    response_serializer=trinity_dot_v1_dot_gateway__pb2.ReportEventResponse.SerializeToString,
+            ),
+            'Register': grpc.unary_unary_rpc_method_handler(
+                    servicer.Register,
+                    request_deserializer=trinity_dot_v1_dot_gateway__pb2.RegisterRequest.FromString,
+                    response_serializer=trinity_dot_v1_dot_gateway__pb2.RegisterResponse.SerializeToString,
+            ),
+            'Heartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.Heartbeat,
+                    request_deserializer=trinity_dot_v1_dot_gateway__pb2.HeartbeatRequest.FromString,
+                    response_serializer=trinity_dot_v1_dot_gateway__pb2.HeartbeatResponse.SerializeToString,
+            ),
+            'ListInstances': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListInstances,
+                    request_deserializer=trinity_dot_v1_dot_gateway__pb2.ListInstancesRequest.FromString,
+                    response_serializer=trinity_dot_v1_dot_gateway__pb2.ListInstancesResponse.SerializeToString,
+            ),
+            'OpenSyncGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.OpenSyncGroup,
+                    request_deserializer=trinity_dot_v1_dot_gateway__pb2.OpenSyncGroupRequest.FromString,
+                    response_serializer=trinity_dot_v1_dot_gateway__pb2.SyncGroup.SerializeToString,
+            ),
+            'JoinSyncGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.JoinSyncGroup,
+                    request_deserializer=trinity_dot_v1_dot_gateway__pb2.JoinSyncGroupRequest.FromString,
+                    response_serializer=trinity_dot_v1_dot_gateway__pb2.SyncGroup.SerializeToString,
+            ),
+            'GetSyncGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSyncGroup,
+                    request_deserializer=trinity_dot_v1_dot_gateway__pb2.GetSyncGroupRequest.FromString,
+                    response_serializer=trinity_dot_v1_dot_gateway__pb2.SyncGroup.SerializeToString,
+            ),
+            'AnnounceWeights': grpc.unary_unary_rpc_method_handler(
+                    servicer.AnnounceWeights,
+                    request_deserializer=trinity_dot_v1_dot_gateway__pb2.AnnounceWeightsRequest.FromString,
+                    response_serializer=trinity_dot_v1_dot_gateway__pb2.SyncGroup.SerializeToString,
+            ),
+            'ReportSyncFailure': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportSyncFailure,
+                    request_deserializer=trinity_dot_v1_dot_gateway__pb2.ReportSyncFailureRequest.FromString,
+                    response_serializer=trinity_dot_v1_dot_gateway__pb2.SyncGroup.SerializeToString,
+            ),
             'GetStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.GetStatus,
                     request_deserializer=trinity_dot_v1_dot_common__pb2.GetStatusRequest.FromString,
@@ -68,6 +302,384 @@ def add_GatewayServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class GatewayService:
     """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def CreateRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trinity.v1.GatewayService/CreateRun',
+            trinity_dot_v1_dot_gateway__pb2.CreateRunRequest.SerializeToString,
+            trinity_dot_v1_dot_gateway__pb2.Run.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trinity.v1.GatewayService/GetRun',
+            trinity_dot_v1_dot_gateway__pb2.GetRunRequest.SerializeToString,
+            trinity_dot_v1_dot_gateway__pb2.Run.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRuns(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trinity.v1.GatewayService/ListRuns',
+            trinity_dot_v1_dot_gateway__pb2.ListRunsRequest.SerializeToString,
+            trinity_dot_v1_dot_gateway__pb2.ListRunsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trinity.v1.GatewayService/CancelRun',
+            trinity_dot_v1_dot_gateway__pb2.CancelRunRequest.SerializeToString,
+            trinity_dot_v1_dot_gateway__pb2.Run.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/trinity.v1.GatewayService/WatchRun',
+            trinity_dot_v1_dot_gateway__pb2.WatchRunRequest.SerializeToString,
+            trinity_dot_v1_dot_gateway__pb2.RunEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportEvent(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trinity.v1.GatewayService/ReportEvent',
+            trinity_dot_v1_dot_gateway__pb2.ReportEventRequest.SerializeToString,
+            trinity_dot_v1_dot_gateway__pb2.ReportEventResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Register(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trinity.v1.GatewayService/Register',
+            trinity_dot_v1_dot_gateway__pb2.RegisterRequest.SerializeToString,
+            trinity_dot_v1_dot_gateway__pb2.RegisterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Heartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trinity.v1.GatewayService/Heartbeat',
+            trinity_dot_v1_dot_gateway__pb2.HeartbeatRequest.SerializeToString,
+            trinity_dot_v1_dot_gateway__pb2.HeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListInstances(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trinity.v1.GatewayService/ListInstances',
+            trinity_dot_v1_dot_gateway__pb2.ListInstancesRequest.SerializeToString,
+            trinity_dot_v1_dot_gateway__pb2.ListInstancesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OpenSyncGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trinity.v1.GatewayService/OpenSyncGroup',
+            trinity_dot_v1_dot_gateway__pb2.OpenSyncGroupRequest.SerializeToString,
+            trinity_dot_v1_dot_gateway__pb2.SyncGroup.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JoinSyncGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trinity.v1.GatewayService/JoinSyncGroup',
+            trinity_dot_v1_dot_gateway__pb2.JoinSyncGroupRequest.SerializeToString,
+            trinity_dot_v1_dot_gateway__pb2.SyncGroup.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSyncGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trinity.v1.GatewayService/GetSyncGroup',
+            trinity_dot_v1_dot_gateway__pb2.GetSyncGroupRequest.SerializeToString,
+            trinity_dot_v1_dot_gateway__pb2.SyncGroup.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AnnounceWeights(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trinity.v1.GatewayService/AnnounceWeights',
+            trinity_dot_v1_dot_gateway__pb2.AnnounceWeightsRequest.SerializeToString,
+            trinity_dot_v1_dot_gateway__pb2.SyncGroup.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportSyncFailure(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trinity.v1.GatewayService/ReportSyncFailure',
+            trinity_dot_v1_dot_gateway__pb2.ReportSyncFailureRequest.SerializeToString,
+            trinity_dot_v1_dot_gateway__pb2.SyncGroup.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
 
     @staticmethod
     def GetStatus(request,

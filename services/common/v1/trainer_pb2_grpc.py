@@ -4,6 +4,8 @@ import grpc
 import warnings
 
 from trinity.v1 import common_pb2 as trinity_dot_v1_dot_common__pb2
+from trinity.v1 import explorer_pb2 as trinity_dot_v1_dot_explorer__pb2
+from trinity.v1 import trainer_pb2 as trinity_dot_v1_dot_trainer__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -34,6 +36,21 @@ class TrainerServiceStub:
         Args:
             channel: A grpc.Channel.
         """
+        self.StartRun = channel.unary_unary(
+                '/trinity.v1.TrainerService/StartRun',
+                request_serializer=trinity_dot_v1_dot_explorer__pb2.StartRunRequest.SerializeToString,
+                response_deserializer=trinity_dot_v1_dot_common__pb2.ServiceStatus.FromString,
+                _registered_method=True)
+        self.StopRun = channel.unary_unary(
+                '/trinity.v1.TrainerService/StopRun',
+                request_serializer=trinity_dot_v1_dot_explorer__pb2.StopRunRequest.SerializeToString,
+                response_deserializer=trinity_dot_v1_dot_common__pb2.ServiceStatus.FromString,
+                _registered_method=True)
+        self.SaveCheckpoint = channel.unary_unary(
+                '/trinity.v1.TrainerService/SaveCheckpoint',
+                request_serializer=trinity_dot_v1_dot_trainer__pb2.SaveCheckpointRequest.SerializeToString,
+                response_deserializer=trinity_dot_v1_dot_trainer__pb2.SaveCheckpointResponse.FromString,
+                _registered_method=True)
         self.GetStatus = channel.unary_unary(
                 '/trinity.v1.TrainerService/GetStatus',
                 request_serializer=trinity_dot_v1_dot_common__pb2.GetStatusRequest.SerializeToString,
@@ -44,6 +61,26 @@ class TrainerServiceStub:
 class TrainerServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
+    def StartRun(self, request, context):
+        """The Gateway assigns a run; the trainer starts reading experiences for it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StopRun(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SaveCheckpoint(self, request, context):
+        """Write a checkpoint now (model, optimizer, scheduler, RNG, step, consumed ids).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetStatus(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -53,6 +90,21 @@ class TrainerServiceServicer:
 
 def add_TrainerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
+            'StartRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartRun,
+                    request_deserializer=trinity_dot_v1_dot_explorer__pb2.StartRunRequest.FromString,
+                    response_serializer=trinity_dot_v1_dot_common__pb2.ServiceStatus.SerializeToString,
+            ),
+            'StopRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.StopRun,
+                    request_deserializer=trinity_dot_v1_dot_explorer__pb2.StopRunRequest.FromString,
+                    response_serializer=trinity_dot_v1_dot_common__pb2.ServiceStatus.SerializeToString,
+            ),
+            'SaveCheckpoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.SaveCheckpoint,
+                    request_deserializer=trinity_dot_v1_dot_trainer__pb2.SaveCheckpointRequest.FromString,
+                    response_serializer=trinity_dot_v1_dot_trainer__pb2.SaveCheckpointResponse.SerializeToString,
+            ),
             'GetStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.GetStatus,
                     request_deserializer=trinity_dot_v1_dot_common__pb2.GetStatusRequest.FromString,
@@ -68,6 +120,87 @@ def add_TrainerServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class TrainerService:
     """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def StartRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trinity.v1.TrainerService/StartRun',
+            trinity_dot_v1_dot_explorer__pb2.StartRunRequest.SerializeToString,
+            trinity_dot_v1_dot_common__pb2.ServiceStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StopRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trinity.v1.TrainerService/StopRun',
+            trinity_dot_v1_dot_explorer__pb2.StopRunRequest.SerializeToString,
+            trinity_dot_v1_dot_common__pb2.ServiceStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SaveCheckpoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trinity.v1.TrainerService/SaveCheckpoint',
+            trinity_dot_v1_dot_trainer__pb2.SaveCheckpointRequest.SerializeToString,
+            trinity_dot_v1_dot_trainer__pb2.SaveCheckpointResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
 
     @staticmethod
     def GetStatus(request,

@@ -36,8 +36,9 @@ class TransformersEngine(Engine):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self._tokenizer = AutoTokenizer.from_pretrained(cfg.model_path)
-        self._model = AutoModelForCausalLM.from_pretrained(cfg.model_path, dtype=getattr(torch, cfg.dtype))
-        self._model.to(cfg.device).eval()
+        # Any: transformers' generate() overloads do not type-check against the auto class.
+        load: Any = AutoModelForCausalLM.from_pretrained
+        self._model: Any = load(cfg.model_path, dtype=getattr(torch, cfg.dtype)).to(cfg.device).eval()
         # generate() samples from the global RNG; keep our own stream so other code does not shift it.
         self._rng_state = torch.Generator().manual_seed(cfg.seed).get_state()
 

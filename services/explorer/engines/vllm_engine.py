@@ -60,9 +60,9 @@ class VllmEngine(Engine):
 
         self._tokenizer = AutoTokenizer.from_pretrained(cfg.model_path)
         self._expected_names = checkpoint_tensor_names(cfg.model_path)
-        self._llm = LLM(
+        self._llm: Any = LLM(
             model=cfg.model_path,
-            dtype=cfg.dtype,
+            dtype=cfg.dtype,  # type: ignore[arg-type]  # validated by vLLM
             seed=cfg.seed,
             max_model_len=cfg.max_model_len,
             enforce_eager=cfg.enforce_eager,

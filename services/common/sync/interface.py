@@ -1,0 +1,144 @@
+"""The named interface every sync backend implements, and the registry that picks one by `spec.backend`.
+
+Trainer side:   init() -> start(version) -> update(named_tensors)* -> finish(version) -> close()
+Explorer side:  init() -> receive() / receive_into(load_fn) ... -> close()
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from trinity.sync.protocol import group_by_layer
+from trinity.sync.spec import SyncGroupSpec
+
+NamedTensors = Iterable[tuple[str, torch.Tensor]]
+LoadFn = Callable[[int, list[tuple[str, torch.Tensor]]], Any]
+"""`load_fn(version, named_tensors)`: what the engine does with verified weights (e.g. vLLM `load_weights`)."""
+
+
+@dataclass
+class SyncReport:
+    """What the trainer learns from one published version."""
+
+    version: int
+    tensors: int = 0
+    bytes: int = 0
+    buckets: int = 0
+    seconds: float = 0.0
+    refused: dict[int, str] = field(default_factory=dict)
+    """rank -> reason, for members that received the update but did not accept it."""
+
+    @property
+    def accepted_by_all(self) -> bool:
+        return not self.refused
+
+
+class SyncSender(ABC):
+    """Trainer side of a weight update."""
+
+    spec: SyncGroupSpec
+
+    @abstractmethod
+    def init(self) -> None:
+        """Join the group (or prepare the shared directory)."""
+
+    @abstractmethod
+    def start(self, version: int) -> None:
+        """Begin version `version`; it must be newer than the last one published."""
+
+    @abstractmethod
+    def update(self, named_tensors: NamedTensors) -> None:
+        """Send one chunk of Hugging-Face-named tensors; may be called many times per version."""
+
+    @abstractmethod
+    def finish(self, version: int) -> SyncReport:
+        """End the version; returns which members refused it."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Leave the group; a new sender with a new spec generation may be created afterwards."""
+
+    def publish(self, version: int, named_tensors: NamedTensors) -> SyncReport:
+        self.start(version)
+        self.update(named_tensors)
+        return self.finish(version)
+
+    def __enter__(self) -> SyncSender:
+        self.init()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SyncReceiver(ABC):
+    """Explorer side of a weight update. Nothing reaches the engine before every checksum matched."""
+
+    spec: SyncGroupSpec
+    version: int | None
+
+    @abstractmethod
+    def init(self) -> None: ...
+
+    @abstractmethod
+    def receive(self, idle_timeout_s: float | None = None) -> tuple[int, Iterator[tuple[str, torch.Tensor]]]:
+        """Block until the next version arrives (at most `idle_timeout_s`, default `spec.timeout_s`),
+        verify it, and return `(version, named_tensors)` in the sender's order."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def receive_into(
+        self, load_fn: LoadFn, group_by: Literal["layer", "all"] = "layer", idle_timeout_s: float | None = None
+    ) -> int:
+        """Receive and verify one version, then hand it to `load_fn(version, named_tensors)`.
+
+        `group_by="layer"`: one call per decoder layer (every `model.layers.N.` tensor in the same call) and
+        one per tensor outside the layers; `"all"`: a single call with every tensor. Returns the version.
+        """
+        version, named = self.receive(idle_timeout_s)
+        if group_by == "all":
+            load_fn(version, list(named))
+        else:
+            for group in group_by_layer(named):
+                load_fn(version, group)
+        return version
+
+    def __enter__(self) -> SyncReceiver:
+        self.init()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+BACKENDS: dict[str, tuple[Callable[..., SyncSender], Callable[..., SyncReceiver]]] = {}
+
+
+def register_sync_backend(name: str, sender: Callable[..., SyncSender], receiver: Callable[..., SyncReceiver]) -> None:
+    BACKENDS[name] = (sender, receiver)
+
+
+def _backend(spec: SyncGroupSpec) -> tuple[Callable[..., SyncSender], Callable[..., SyncReceiver]]:
+    # The built-in backends register themselves when their modules load.
+    import trinity.sync.checkpoint
+    import trinity.sync.collective  # noqa: F401
+
+    if spec.backend not in BACKENDS:
+        raise KeyError(f"no sync backend {spec.backend!r}; known: {', '.join(sorted(BACKENDS))}")
+    return BACKENDS[spec.backend]
+
+
+def open_sender(spec: SyncGroupSpec, **options: Any) -> SyncSender:
+    """The trainer-side implementation for `spec.backend` (not yet initialized)."""
+    return _backend(spec)[0](spec, **options)
+
+
+def open_receiver(spec: SyncGroupSpec, rank: int, **options: Any) -> SyncReceiver:
+    """The explorer-side implementation for `spec.backend` (not yet initialized)."""
+    return _backend(spec)[1](spec, rank, **options)

@@ -1,0 +1,152 @@
+"""The wire protocol of a collective weight update: message kinds, tensor layout, bucket ranges.
+
+Message order on the group (rank 0 broadcasts, every other rank receives):
+
+    START {version}
+    ( CHUNK {names, dtypes, shapes, offsets, total_bytes, bucket_bytes}  bucket_0 .. bucket_k-1 )*
+    FINISH {version, checksums per chunk per bucket}
+    allgather(status)            every member reports accept/refuse; rank 0 learns who serves the version
+
+One CHUNK per `update()` call. Inside a chunk, tensors are laid out back to back in one byte stream
+(each at a 64-byte aligned offset, so a receiver can view any dtype in place), and the stream is cut
+into buckets of `bucket_bytes`: a bucket may hold many small tensors or a slice of a large one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+ALIGN = 64
+START, CHUNK, FINISH = "start", "chunk", "finish"
+STATUS_OK, STATUS_CHECKSUM, STATUS_STALE, STATUS_PROTOCOL = 0, 1, 2, 3
+STATUS_NAMES = {STATUS_OK: "ok", STATUS_CHECKSUM: "checksum_mismatch", STATUS_STALE: "stale", STATUS_PROTOCOL: "error"}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def dtype_from_name(name: str) -> torch.dtype:
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown dtype {name!r} in weight metadata")
+    return dtype
+
+
+@dataclass(frozen=True)
+class ChunkLayout:
+    """Where each tensor of one chunk lives in the chunk's byte stream, and how the stream is bucketed."""
+
+    names: list[str]
+    dtypes: list[str]
+    shapes: list[list[int]]
+    offsets: list[int]
+    nbytes: list[int]
+    total_bytes: int
+    bucket_bytes: int
+
+    @property
+    def bucket_count(self) -> int:
+        return -(-self.total_bytes // self.bucket_bytes) if self.total_bytes else 0
+
+    def bucket_range(self, index: int) -> tuple[int, int]:
+        start = index * self.bucket_bytes
+        return start, min(start + self.bucket_bytes, self.total_bytes)
+
+    def to_message(self) -> dict[str, Any]:
+        return {"kind": CHUNK, **self.__dict__}
+
+    @classmethod
+    def from_message(cls, message: dict[str, Any]) -> ChunkLayout:
+        return cls(**{k: v for k, v in message.items() if k != "kind"})
+
+    @classmethod
+    def plan(cls, named: list[tuple[str, torch.Tensor]], bucket_bytes: int) -> ChunkLayout:
+        offsets, nbytes, cursor = [], [], 0
+        for _, tensor in named:
+            size = tensor.numel() * tensor.element_size()
+            offsets.append(cursor)
+            nbytes.append(size)
+            cursor += -(-size // ALIGN) * ALIGN
+        return cls(
+            names=[n for n, _ in named],
+            dtypes=[dtype_name(t.dtype) for _, t in named],
+            shapes=[list(t.shape) for _, t in named],
+            offsets=offsets,
+            nbytes=nbytes,
+            total_bytes=cursor,
+            bucket_bytes=bucket_bytes,
+        )
+
+    def tensors(self, stream: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+        """Views into a received chunk stream `[total_bytes]` uint8, in sender order (no copies)."""
+        out = []
+        for name, dtype, shape, offset, size in zip(
+            self.names, self.dtypes, self.shapes, self.offsets, self.nbytes, strict=True
+        ):
+            view = stream[offset : offset + size].view(dtype_from_name(dtype)).reshape(shape)
+            out.append((name, view))
+        return out
+
+    def fill_bucket(self, index: int, sources: list[torch.Tensor], staging: torch.Tensor) -> torch.Tensor:
+        """The bytes of bucket `index` as one contiguous uint8 tensor, ready to broadcast.
+
+        `sources` are the tensors' flat byte views. A bucket that lies inside one tensor is that tensor's
+        bytes (no copy); otherwise the overlapping pieces are copied into `staging` and gaps are zeroed.
+        """
+        start, end = self.bucket_range(index)
+        for offset, size, src in zip(self.offsets, self.nbytes, sources, strict=True):
+            if offset <= start and end <= offset + size:
+                return src[start - offset : end - offset]
+        out = staging[: end - start]
+        cursor = start
+        for offset, size, src in zip(self.offsets, self.nbytes, sources, strict=True):
+            lo, hi = max(start, offset), min(end, offset + size)
+            if lo >= hi:
+                continue
+            if lo > cursor:
+                out[cursor - start : lo - start].zero_()
+            out[lo - start : hi - start].copy_(src[lo - offset : hi - offset])
+            cursor = hi
+        if cursor < end:
+            out[cursor - start :].zero_()
+        return out
+
+
+def encode_message(message: dict[str, Any], device: torch.device) -> torch.Tensor:
+    payload = json.dumps(message, separators=(",", ":")).encode()
+    return torch.frombuffer(bytearray(payload), dtype=torch.uint8).to(device)
+
+
+def decode_message(payload: torch.Tensor) -> dict[str, Any]:
+    message = json.loads(bytes(payload.cpu().numpy()))
+    if not isinstance(message, dict) or "kind" not in message:
+        raise ValueError(f"malformed sync message: {str(message)[:200]}")
+    return message
+
+
+_LAYER = re.compile(r"^(.*?\.layers\.\d+\.)")
+
+
+def layer_key(name: str) -> str:
+    """`model.layers.3.self_attn.q_proj.weight` -> `model.layers.3.`; tensors outside a layer -> their own name."""
+    match = _LAYER.match(name)
+    return match.group(1) if match else name
+
+
+def group_by_layer(named: Iterable[tuple[str, torch.Tensor]]) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """Groups that never split a decoder layer, in order of first appearance.
+
+    vLLM's `load_weights` stacks q/k/v and gate/up per layer: every tensor of a layer must arrive in one
+    call. Tensors outside a layer (embeddings, final norm, lm_head) each form their own group.
+    """
+    groups: dict[str, list[tuple[str, torch.Tensor]]] = {}
+    for name, tensor in named:
+        groups.setdefault(layer_key(name), []).append((name, tensor))
+    yield from groups.values()

@@ -1,0 +1,155 @@
+"""One member's end of a gloo or NCCL process group: collectives with a timeout, failures as `SyncError`.
+
+The group is built directly from a `TCPStore` + `PrefixStore` (not `init_process_group`), so it never
+touches the default group a trainer may already use for FSDP/Megatron, and several generations can
+live in one process. gloo and NCCL share every line except the process-group constructor and the device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from trinity.sync.errors import SyncError
+from trinity.sync.protocol import decode_message, encode_message
+from trinity.sync.spec import SyncGroupSpec
+
+
+def default_device(backend: str) -> torch.device:
+    if backend == "nccl":
+        if not torch.cuda.is_available():
+            raise SyncError("backend 'nccl' needs a CUDA device; use backend 'gloo' (CPU) or 'checkpoint'")
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+class GroupTransport:
+    """Broadcast from rank 0 and allgather, each bounded by `spec.timeout_s`; broken after the first failure."""
+
+    def __init__(self, spec: SyncGroupSpec, rank: int, device: torch.device | str | None = None, store: Any = None):
+        if not spec.is_collective:
+            raise ValueError(f"backend {spec.backend!r} is not a process-group backend")
+        if not 0 <= rank < spec.world_size:
+            raise ValueError(f"rank {rank} outside 0..{spec.world_size - 1} of sync group {spec.name}")
+        self.spec, self.rank = spec, rank
+        self.device = torch.device(device) if device is not None else default_device(spec.backend)
+        self._store = store
+        self._group: Any = None
+        self.broken: str | None = None
+
+    @property
+    def store(self) -> Any:
+        """The group's prefixed key-value store (for doorbells outside the collectives)."""
+        return self._prefixed
+
+    def connect(self) -> None:
+        spec = self.spec
+        try:
+            if self._store is None:
+                if spec.port == 0:
+                    raise SyncError(f"sync group {spec.name}: port 0; the trainer must reserve_rendezvous() first")
+                self._store = dist.TCPStore(
+                    spec.host,
+                    spec.port,
+                    spec.world_size,
+                    is_master=self.rank == 0,
+                    timeout=spec.timeout,
+                    wait_for_workers=False,
+                )
+            self._prefixed = dist.PrefixStore(spec.store_prefix, self._store)
+            self._group = self._make_group(self._prefixed)
+        except SyncError:
+            raise
+        except Exception as err:
+            self.broken = repr(err)
+            raise SyncError(
+                f"could not join sync group {spec.name} generation {spec.generation} at {spec.host}:{spec.port} "
+                f"as rank {self.rank} within {spec.timeout_s}s: {err}"
+            ) from err
+
+    def _make_group(self, store: Any) -> Any:
+        spec = self.spec
+        if spec.backend == "gloo":
+            return dist.ProcessGroupGloo(store, self.rank, spec.world_size, spec.timeout)
+        nccl = getattr(dist, "ProcessGroupNCCL", None)
+        if nccl is None:
+            raise SyncError("this torch build has no NCCL; install a CUDA build or use backend 'gloo'")
+        options = nccl.Options()
+        options._timeout = spec.timeout
+        return nccl(store, self.rank, spec.world_size, options)
+
+    def _check(self) -> None:
+        if self._group is None:
+            raise SyncError("sync group not joined; call init() first")
+        if self.broken is not None:
+            raise SyncError(
+                f"sync group {self.spec.name} generation {self.spec.generation} is broken ({self.broken}); "
+                "close it and re-form it with a new generation"
+            )
+
+    def _wait(self, work: Any, what: str) -> None:
+        try:
+            work.wait(timedelta(seconds=self.spec.timeout_s))
+        except Exception as err:
+            self.broken = f"{what}: {err}"
+            raise SyncError(
+                f"sync group {self.spec.name} generation {self.spec.generation}: {what} failed on rank {self.rank} "
+                f"(a member died or stalled; timeout {self.spec.timeout_s}s): {err}"
+            ) from err
+
+    def broadcast(self, tensor: torch.Tensor, what: str = "broadcast") -> None:
+        """In place on every rank: rank 0's `tensor` is sent, the others' is overwritten."""
+        self._check()
+        options = dist.BroadcastOptions()
+        options.rootRank, options.rootTensor = 0, 0
+        options.timeout = self.spec.timeout
+        try:
+            work = self._group.broadcast([tensor], options)
+        except Exception as err:
+            self.broken = f"{what}: {err}"
+            raise SyncError(f"{what} failed on rank {self.rank}: {err}") from err
+        self._wait(work, what)
+
+    def send_message(self, message: dict[str, Any]) -> None:
+        payload = encode_message(message, self.device)
+        self.broadcast(self._length(payload.numel()), f"{message['kind']} header")
+        self.broadcast(payload, f"{message['kind']} message")
+
+    def recv_message(self) -> dict[str, Any]:
+        length = self._length(0)
+        self.broadcast(length, "message header")
+        (size,) = struct.unpack("<q", bytes(length.cpu().numpy()))
+        payload = torch.empty(size, dtype=torch.uint8, device=self.device)
+        self.broadcast(payload, "message")
+        return decode_message(payload)
+
+    def _length(self, size: int) -> torch.Tensor:
+        # 8 raw bytes rather than an int64 tensor: one dtype (uint8) for every control broadcast.
+        return torch.frombuffer(bytearray(struct.pack("<q", size)), dtype=torch.uint8).to(self.device)
+
+    def allgather_status(self, status: int, version: int) -> list[tuple[int, int]]:
+        """Every rank's `(status, version)`, indexed by rank."""
+        self._check()
+        mine = torch.tensor([status, version], dtype=torch.int64, device=self.device)
+        out = [torch.empty_like(mine) for _ in range(self.spec.world_size)]
+        try:
+            work = self._group.allgather([out], [mine])
+        except Exception as err:
+            self.broken = f"status: {err}"
+            raise SyncError(f"status exchange failed on rank {self.rank}: {err}") from err
+        self._wait(work, "status exchange")
+        return [(int(t[0]), int(t[1])) for t in out]
+
+    def close(self) -> None:
+        group, self._group = self._group, None
+        if group is not None and hasattr(group, "shutdown") and self.spec.backend == "nccl":
+            # An aborted NCCL communicator may refuse a clean shutdown; dropping it is enough.
+            with contextlib.suppress(Exception):
+                group.shutdown()
+        self._prefixed = None
+        self._store = None

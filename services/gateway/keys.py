@@ -1,0 +1,21 @@
+"""Redis keys of the Gateway (run state survives a gateway restart because it lives here)."""
+
+PREFIX = "trinity:gw"
+RUNS = f"{PREFIX}:runs"  # zset run id -> created ms
+INSTANCES = f"{PREFIX}:instances"  # hash instance id -> Instance bytes
+
+
+def run(run_id: str) -> str:
+    return f"{PREFIX}:run:{{{run_id}}}"
+
+
+def events(run_id: str) -> str:
+    return f"{PREFIX}:run:{{{run_id}}}:events"
+
+
+def sync_group(run_id: str) -> str:
+    return f"{PREFIX}:run:{{{run_id}}}:sync"
+
+
+def lock(run_id: str) -> str:
+    return f"{PREFIX}:run:{{{run_id}}}:lock"

@@ -1,0 +1,57 @@
+"""The service registry: instances register, heartbeat, and are declared dead when they fall silent."""
+
+from __future__ import annotations
+
+import redis
+
+from trinity.gateway import keys
+from trinity.gateway.runs import now_ms
+from trinity.v1 import gateway_pb2
+
+
+class InstanceRegistry:
+    def __init__(self, client: redis.Redis, heartbeat_interval: float = 1.0, missed_beats: int = 5) -> None:
+        self.client = client
+        self.heartbeat_interval = heartbeat_interval
+        self.dead_after_ms = int(heartbeat_interval * missed_beats * 1000)
+
+    def register(self, instance: gateway_pb2.Instance) -> None:
+        instance.alive = True
+        instance.last_heartbeat_unix_ms = now_ms()
+        self.client.hset(keys.INSTANCES, instance.instance_id, instance.SerializeToString())
+
+    def heartbeat(self, instance_id: str, run_id: str = "") -> bool:
+        instance = self.get(instance_id)
+        if instance is None:
+            return False
+        instance.last_heartbeat_unix_ms = now_ms()
+        instance.alive = True
+        if run_id:
+            instance.run_id = run_id
+        self.client.hset(keys.INSTANCES, instance_id, instance.SerializeToString())
+        return True
+
+    def get(self, instance_id: str) -> gateway_pb2.Instance | None:
+        raw = self.client.hget(keys.INSTANCES, instance_id)
+        return gateway_pb2.Instance.FromString(raw) if raw is not None else None
+
+    def save(self, instance: gateway_pb2.Instance) -> None:
+        self.client.hset(keys.INSTANCES, instance.instance_id, instance.SerializeToString())
+
+    def list(self, service: str = "") -> list[gateway_pb2.Instance]:
+        out = [gateway_pb2.Instance.FromString(v) for v in self.client.hvals(keys.INSTANCES)]
+        return sorted((i for i in out if not service or i.service == service), key=lambda i: i.instance_id)
+
+    def alive(self, service: str) -> list[gateway_pb2.Instance]:
+        return [i for i in self.list(service) if i.alive]
+
+    def sweep(self) -> list[gateway_pb2.Instance]:
+        """Mark instances whose heartbeat is overdue as dead; return the newly dead ones."""
+        deadline = now_ms() - self.dead_after_ms
+        newly_dead = []
+        for instance in self.list():
+            if instance.alive and instance.last_heartbeat_unix_ms < deadline:
+                instance.alive = False
+                self.save(instance)
+                newly_dead.append(instance)
+        return newly_dead

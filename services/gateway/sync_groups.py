@@ -1,0 +1,117 @@
+"""Weight-sync group negotiation: membership, ranks, rendezvous, backend and generation.
+
+The trainer opens a generation (it has already reserved the rendezvous port by starting the TCPStore
+master); explorer workers join and get ranks 1..N; the group is ready when all N joined. Any change of
+membership (a member died, an update failed) closes the generation; the next open starts a new one.
+"""
+
+from __future__ import annotations
+
+import redis
+
+from trinity.gateway import keys
+from trinity.runtime.errors import FailedPrecondition, InvalidArgument, NotFound
+from trinity.v1 import gateway_pb2
+
+
+def choose_backend(requested: str, members_have_gpu: list[bool]) -> str:
+    """`auto` means NCCL only when every member has a GPU, gloo otherwise."""
+    if requested in ("", "auto"):
+        return "nccl" if members_have_gpu and all(members_have_gpu) else "gloo"
+    if requested == "nccl" and not all(members_have_gpu):
+        raise InvalidArgument("synchronizer.method", "nccl needs a GPU on every member; use auto, gloo or checkpoint")
+    return requested
+
+
+class SyncGroups:
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+
+    def get(self, run_id: str) -> gateway_pb2.SyncGroup:
+        raw = self.client.get(keys.sync_group(run_id))
+        if raw is None:
+            raise NotFound(f"run {run_id!r} has no sync group yet; the trainer opens it")
+        return gateway_pb2.SyncGroup.FromString(raw)
+
+    def _save(self, group: gateway_pb2.SyncGroup) -> None:
+        self.client.set(keys.sync_group(group.run_id), group.SerializeToString())
+
+    def open(self, request: gateway_pb2.OpenSyncGroupRequest) -> gateway_pb2.SyncGroup:
+        if request.explorer_workers < 1:
+            raise InvalidArgument("explorer_workers", "must be >= 1")
+        if request.backend != "checkpoint" and not (request.host and request.port > 0):
+            raise InvalidArgument("port", "the trainer must reserve a rendezvous host and port first")
+        with self.client.lock(keys.lock(request.run_id), timeout=10, blocking_timeout=10):
+            raw = self.client.get(keys.sync_group(request.run_id))
+            generation = gateway_pb2.SyncGroup.FromString(raw).generation + 1 if raw else 1
+            group = gateway_pb2.SyncGroup(
+                run_id=request.run_id,
+                generation=generation,
+                backend=request.backend or "auto",
+                host=request.host,
+                port=request.port,
+                world_size=request.explorer_workers + 1,
+                members=[gateway_pb2.SyncMember(instance_id=request.instance_id, rank=0, has_gpu=request.has_gpu)],
+                announced_version=-1,
+                checkpoint_dir=request.checkpoint_dir,
+                timeout_seconds=request.timeout_seconds or 600.0,
+                bucket_mb=request.bucket_mb or 64.0,
+            )
+            self._save(group)
+            return group
+
+    def join(self, run_id: str, instance_id: str, has_gpu: bool) -> gateway_pb2.SyncGroup:
+        with self.client.lock(keys.lock(run_id), timeout=10, blocking_timeout=10):
+            group = self.get(run_id)
+            mine = [m for m in group.members if m.instance_id == instance_id]
+            if mine:
+                group.rank = mine[0].rank
+                return group
+            if len(group.members) >= group.world_size:
+                raise FailedPrecondition(
+                    f"sync group of run {run_id!r} (generation {group.generation}) is full; "
+                    "it is re-formed when a member leaves"
+                )
+            rank = len(group.members)
+            group.members.add(instance_id=instance_id, rank=rank, has_gpu=has_gpu)
+            if len(group.members) == group.world_size:
+                group.backend = choose_backend(group.backend, [m.has_gpu for m in group.members])
+                group.ready = True
+            self._save(group)
+            group.rank = rank
+            return group
+
+    def announce(self, run_id: str, generation: int, version: int) -> gateway_pb2.SyncGroup:
+        with self.client.lock(keys.lock(run_id), timeout=10, blocking_timeout=10):
+            group = self.get(run_id)
+            if generation != group.generation:
+                raise FailedPrecondition(f"generation {generation} is over; the current one is {group.generation}")
+            if version <= group.announced_version:
+                raise FailedPrecondition(
+                    f"weight versions only increase: {version} <= announced {group.announced_version}"
+                )
+            group.announced_version = version
+            self._save(group)
+            return group
+
+    def close(self, run_id: str, generation: int) -> gateway_pb2.SyncGroup | None:
+        """End a generation (member lost or update failed): not ready until the trainer opens a new one."""
+        with self.client.lock(keys.lock(run_id), timeout=10, blocking_timeout=10):
+            raw = self.client.get(keys.sync_group(run_id))
+            if raw is None:
+                return None
+            group = gateway_pb2.SyncGroup.FromString(raw)
+            if generation and generation != group.generation:
+                return group  # that generation is already over
+            group.ready = False
+            group.world_size = 0  # nobody can join a closed generation
+            self._save(group)
+            return group
+
+    def members_of(self, instance_id: str) -> list[gateway_pb2.SyncGroup]:
+        groups = []
+        for key in self.client.scan_iter(match=keys.sync_group("*").replace("{*}", "*")):
+            group = gateway_pb2.SyncGroup.FromString(self.client.get(key))
+            if any(m.instance_id == instance_id for m in group.members) and group.ready:
+                groups.append(group)
+        return groups
