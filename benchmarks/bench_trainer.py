@@ -28,6 +28,7 @@ def _peak_rss_mb() -> float:
 
 def _experiences(n_prompts: int, group: int, prompt_len: int, resp_len: int, vocab: int) -> list[Any]:
     import torch
+
     from trinity.v1 import common_pb2
 
     g = torch.Generator().manual_seed(0)
@@ -66,10 +67,7 @@ def _plain_hf_step(model: Any, optimizer: Any, exps: list[Any], pad_id: int) -> 
     rewards = torch.tensor([e.reward for e in exps])
     groups = [e.group_id for e in exps]
     adv = torch.stack(
-        [
-            rewards[i] - rewards[[j for j, g in enumerate(groups) if g == groups[i]]].mean()
-            for i in range(len(exps))
-        ]
+        [rewards[i] - rewards[[j for j, g in enumerate(groups) if g == groups[i]]].mean() for i in range(len(exps))]
     )
     logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
     logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
@@ -83,6 +81,7 @@ def _plain_hf_step(model: Any, optimizer: Any, exps: list[Any], pad_id: int) -> 
 
 def run(quick: bool = False) -> dict[str, Any]:
     import torch
+
     from trinity.models.gguf import ensure_smollm2
     from trinity.models.tiny import build_tiny_llama
     from trinity.trainer.config import TrainerSettings
@@ -103,7 +102,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         algorithm="grpo",
         kl_coef=0.0,
         optimizer={"lr": 1e-6},
-        micro_batch_tokens=2048,
+        micro_batch_tokens=4096,
     )
     backend = TorchBackend(settings)
     vocab = int(backend.hf_tokenizer.vocab_size)

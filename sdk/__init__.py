@@ -1,0 +1,28 @@
+"""The Trinity Python SDK: create runs, watch them, read their metrics, cancel them.
+
+    from trinity.sdk import TrinityClient
+
+    client = TrinityClient("127.0.0.1:7070")
+    run = client.create_run("examples/quickstart/config.yaml")
+    for event in run.watch():
+        print(event.kind, dict(event.metrics))
+    print(run.wait().state)
+
+`AsyncTrinityClient` offers the same with `async`/`await`.
+"""
+
+from trinity.sdk.client import AsyncRunHandle, AsyncTrinityClient, RunHandle, TrinityClient
+from trinity.sdk.errors import GatewayUnavailable, InvalidRunConfig, RunNotFound, TrinityError
+from trinity.sdk.metrics import RunMetrics
+
+__all__ = [
+    "AsyncRunHandle",
+    "AsyncTrinityClient",
+    "GatewayUnavailable",
+    "InvalidRunConfig",
+    "RunHandle",
+    "RunMetrics",
+    "RunNotFound",
+    "TrinityClient",
+    "TrinityError",
+]

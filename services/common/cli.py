@@ -48,14 +48,33 @@ def _serve(args: argparse.Namespace) -> int:
     start_metrics_server(settings.metrics_port)
     server = start(settings)
     server.install_signal_handlers()
+    agent = _register_with_gateway(args.service, settings, server.port)
     print(f"trinity {args.service} serving on port {server.port}", flush=True)
     try:
         server.wait()
     finally:
+        if agent is not None:
+            agent.stop()
         if embedded is not None:
             embedded.stop()
     log.info("service.exit")
     return 0
+
+
+def _register_with_gateway(service: str, settings, port: int):  # noqa: ANN001, ANN202
+    """Explorer, trainer and buffer announce themselves to the gateway when one is configured."""
+    if service == "gateway" or not settings.gateway:
+        return None
+    from trinity.runtime.agent import GatewayAgent, has_gpu
+    from trinity.v1 import gateway_pb2
+
+    instance = gateway_pb2.Instance(
+        instance_id=settings.instance_id,
+        service=service,
+        address=settings.advertised_address(port),
+        has_gpu=has_gpu() if service in ("explorer", "trainer") else False,
+    )
+    return GatewayAgent(settings.gateway, instance).start()
 
 
 def build_parser() -> argparse.ArgumentParser:

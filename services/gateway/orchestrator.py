@@ -26,6 +26,7 @@ log = get_logger(__name__)
 
 RUNNING = gateway_pb2.RUN_STATE_RUNNING
 ROLE_EXPLORER, ROLE_TRAINER = "explorer", "trainer"
+EVAL_EPOCHS = 1_000_000
 
 
 def roles_for(config: RunConfig) -> dict[str, int]:
@@ -197,10 +198,19 @@ class Orchestrator:
                 ),
                 exist_ok=True,
             )
-            for section in ([config.buffer.taskset] if config.buffer.taskset else []) + list(
-                config.buffer.eval_tasksets
-            ):
+            if config.buffer.taskset is not None:
+                section = config.buffer.taskset
                 spec = taskset_config(section).model_copy(update={"name": naming.taskset(run_id, stage, section.name)})
+                buffer.create_taskset(spec, replace=False)
+            for section in config.buffer.eval_tasksets:
+                # Evaluation walks the whole set in order, once per evaluation: an endless sequential set.
+                spec = taskset_config(section).model_copy(
+                    update={
+                        "name": naming.taskset(run_id, stage, section.name),
+                        "epochs": EVAL_EPOCHS,
+                        "selector": "sequential",
+                    }
+                )
                 buffer.create_taskset(spec, replace=False)
             offline = config.buffer.offline_data
             if offline is not None and config.mode == "train":

@@ -126,9 +126,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         return self.sync.announce(_require(request.run_id, "run_id"), request.generation, request.version)
 
     @grpc_errors
-    def ReportSyncFailure(
-        self, request: gateway_pb2.ReportSyncFailureRequest, context: grpc.ServicerContext
-    ) -> Any:
+    def ReportSyncFailure(self, request: gateway_pb2.ReportSyncFailureRequest, context: grpc.ServicerContext) -> Any:
         group = self.sync.close(_require(request.run_id, "run_id"), request.generation)
         self.orchestrator.event(
             request.run_id,

@@ -67,9 +67,7 @@ def resolve_algorithm(settings: TrainerSettings) -> AlgorithmParts:
     kl_coef = p.kl_loss_coef if settings.kl_coef is None else settings.kl_coef
     kl_coef = float(kl_coef) if p.kl_loss != "none" else 0.0
     # A zero KL weight makes the reference model dead weight (a whole extra forward pass); skip it.
-    needs_reference = p.needs_reference and (
-        kl_coef > 0 or p.kl_penalty != "none" or p.data_kind == "preference"
-    )
+    needs_reference = p.needs_reference and (kl_coef > 0 or p.kl_penalty != "none" or p.data_kind == "preference")
     return AlgorithmParts(
         data_kind=p.data_kind,
         policy_loss=p.build_policy_loss(**over.get("policy_loss", {})),

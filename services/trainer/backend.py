@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import torch
+
 from trinity.trainer.config import TrainerSettings
 from trinity.v1 import common_pb2
 
@@ -58,7 +59,5 @@ def build_backend(settings: TrainerSettings) -> TrainerBackend:
     try:
         factory = BACKENDS[settings.backend]
     except KeyError:
-        raise ValueError(
-            f"unknown trainer backend {settings.backend!r}; registered: {sorted(BACKENDS)}"
-        ) from None
+        raise ValueError(f"unknown trainer backend {settings.backend!r}; registered: {sorted(BACKENDS)}") from None
     return factory(settings)

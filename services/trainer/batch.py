@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
 from trinity.v1 import common_pb2
 
 KIND_ROLLOUT = common_pb2.EXPERIENCE_KIND_ROLLOUT
@@ -71,13 +72,9 @@ class Tokenizer:
     def _encode(self, text: str) -> list[int]:
         return list(self.tok(text, add_special_tokens=False)["input_ids"])
 
-    def encode_pair(
-        self, prompt_messages: list[dict[str, str]], response: str
-    ) -> tuple[list[int], list[int]]:
+    def encode_pair(self, prompt_messages: list[dict[str, str]], response: str) -> tuple[list[int], list[int]]:
         if getattr(self.tok, "chat_template", None):
-            prompt_text = self.tok.apply_chat_template(
-                prompt_messages, add_generation_prompt=True, tokenize=False
-            )
+            prompt_text = self.tok.apply_chat_template(prompt_messages, add_generation_prompt=True, tokenize=False)
             full = self.tok.apply_chat_template(
                 [*prompt_messages, {"role": "assistant", "content": response}], tokenize=False
             )
@@ -108,9 +105,7 @@ def _sequence_from_ids(exp: common_pb2.Experience, max_len: int | None) -> Token
         if len(values) == 0:
             return None
         if len(values) != n:
-            raise ValueError(
-                f"experience {exp.id!r}: {name} has {len(values)} entries for {n} response tokens"
-            )
+            raise ValueError(f"experience {exp.id!r}: {name} has {len(values)} entries for {n} response tokens")
         return list(values)
 
     mask = aligned(exp.action_mask, "action_mask") or [True] * n

@@ -69,9 +69,7 @@ def save(
         save_model(policy, str(tmp / "policy.safetensors"))
         if critic is not None:
             save_model(critic, str(tmp / "critic.safetensors"))
-        torch.save(
-            {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "optimizer.pt"
-        )
+        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "optimizer.pt")
         torch.save(_rng_state(generator), tmp / "rng.pt")
         (tmp / "state.json").write_text(json.dumps(asdict(state)))
         if final.exists():
@@ -83,9 +81,7 @@ def save(
     (root / f".{LATEST}.tmp").write_text(final.name)
     os.replace(root / f".{LATEST}.tmp", root / LATEST)
     if keep:
-        steps = sorted(
-            (p for p in root.glob("step_*") if p.is_dir()), key=lambda p: int(p.name.split("_")[1])
-        )
+        steps = sorted((p for p in root.glob("step_*") if p.is_dir()), key=lambda p: int(p.name.split("_")[1]))
         for old in steps[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
     return final

@@ -59,9 +59,7 @@ class TrainerSettings(_Strict):
     optimizer: OptimizerSettings = Field(default_factory=OptimizerSettings)
 
     micro_batch_tokens: int = Field(8192, gt=0, description="padded tokens per forward/backward pass")
-    mini_batch_size: int | None = Field(
-        None, gt=0, description="experiences per optimizer update; None = all"
-    )
+    mini_batch_size: int | None = Field(None, gt=0, description="experiences per optimizer update; None = all")
     ppo_epochs: int = Field(1, gt=0)
     logprob_chunk_size: int = Field(256, gt=0, description="sequence positions per log-softmax chunk")
     logprob_temperature: float = Field(1.0, gt=0, description="the rollout sampling temperature")
@@ -71,9 +69,7 @@ class TrainerSettings(_Strict):
     max_staleness: int | None = Field(
         None, ge=0, description="drop experiences with step - model_version above this; None = keep all"
     )
-    max_seq_len: int | None = Field(
-        None, gt=0, description="longer samples are truncated on the response side"
-    )
+    max_seq_len: int | None = Field(None, gt=0, description="longer samples are truncated on the response side")
     gradient_checkpointing: bool = False
 
     checkpoint_dir: str | None = None
@@ -85,9 +81,7 @@ class TrainerSettings(_Strict):
     def _warmup_fits(self) -> TrainerSettings:
         opt = self.optimizer
         if opt.schedule == "cosine" and opt.warmup_steps >= opt.total_steps:
-            raise ValueError(
-                "optimizer.warmup_steps must be below optimizer.total_steps for a cosine schedule"
-            )
+            raise ValueError("optimizer.warmup_steps must be below optimizer.total_steps for a cosine schedule")
         if self.save_interval and not self.checkpoint_dir:
             raise ValueError("save_interval needs checkpoint_dir")
         return self

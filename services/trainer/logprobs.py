@@ -18,7 +18,7 @@ Head = Callable[[torch.Tensor], torch.Tensor]
 
 
 def _chunk_logprobs(
-    head: Head, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
+    head: Head, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool | str
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """hidden `[b, c, h]`, targets `[b, c]` -> (log-prob of target `[b, c]`, entropy `[b, c]`)."""
     logits = head(hidden).float()
@@ -26,8 +26,13 @@ def _chunk_logprobs(
         logits = logits / temperature
     logp = F.log_softmax(logits, dim=-1)
     token_logp = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    entropy = -(logp.exp() * logp).sum(-1) if with_entropy else torch.zeros_like(token_logp)
-    return token_logp, entropy
+    if not with_entropy:
+        return token_logp, torch.zeros_like(token_logp)
+    if with_entropy == "detached":
+        # A metric only: no graph through the [.., vocab] product, so backward skips it.
+        with torch.no_grad():
+            return token_logp, -(logp.exp() * logp).sum(-1)
+    return token_logp, -(logp.exp() * logp).sum(-1)
 
 
 def chunked_logprobs(
@@ -37,13 +42,14 @@ def chunked_logprobs(
     *,
     chunk_size: int = 256,
     temperature: float = 1.0,
-    with_entropy: bool = True,
+    with_entropy: bool | str = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs of `targets` and the entropy of the predictive distribution, chunk by chunk.
 
     head: maps hidden states `[..., hidden]` to logits `[..., vocab]` (the model's lm_head);
     hidden: `[batch, resp, hidden]` hidden states at the positions that predict each target;
-    targets: `[batch, resp]` token ids. Returns two float32 tensors `[batch, resp]`.
+    targets: `[batch, resp]` token ids; with_entropy: True, False (zeros) or "detached" (no gradient).
+    Returns two float32 tensors `[batch, resp]`.
     """
     if chunk_size <= 0:
         raise ValueError("chunk_size must be positive")

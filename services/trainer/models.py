@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 from torch import nn
+
 from trinity.trainer.config import LoraSettings
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -93,9 +94,7 @@ class ValueModel(nn.Module):
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
 
-    def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, index: torch.Tensor
-    ) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         """Values `[batch, resp]` of the states before each response token (positions `index`)."""
         from trinity.trainer.logprobs import gather_positions
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
+
 from trinity.algorithms import agg_loss, apply_kl_penalty, masked_mean, outcome_token_rewards
 from trinity.trainer.algorithm import agg_mode
 from trinity.trainer.batch import Sample, TokenBatch, TokenSequence, collate
@@ -81,9 +82,7 @@ def build_objective(backend: TorchBackend, samples: list[Sample]) -> tuple[Micro
         else:
             old = full.old_logprobs
         if critic is not None:
-            values = backend.forward_rows(
-                rows, lambda mb: critic(mb.input_ids, mb.attention_mask, mb.response_index)
-            )
+            values = backend.forward_rows(rows, lambda mb: critic(mb.input_ids, mb.attention_mask, mb.response_index))
         rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
         token_rewards = full.token_rewards
         if alg.kl_penalty is not None and ref is not None and old is not None:
@@ -117,6 +116,8 @@ def build_objective(backend: TorchBackend, samples: list[Sample]) -> tuple[Micro
             }
         )
 
+    entropy_params = getattr(alg.entropy, "params", None) or {}
+    entropy_mode: bool | str = True if alg.entropy is not None and entropy_params.get("entropy_coef", 1) else "detached"
     policy_mode = PAIR_MEAN if alg.data_kind == "preference" else alg.loss_agg_mode
     fixed_norm = (getattr(alg.policy_loss, "params", None) or {}).get("norm_constant") is not None
 
@@ -132,7 +133,7 @@ def build_objective(backend: TorchBackend, samples: list[Sample]) -> tuple[Micro
         def part(mode: str) -> float:
             return share(mode, mb.mask, mini_mask, fixed_norm)
 
-        logp, entropy = backend.token_logprobs(backend.policy, mb, with_entropy=True)
+        logp, entropy = backend.token_logprobs(backend.policy, mb, with_entropy=entropy_mode)
         loss, m = alg.policy_loss(
             logprobs=logp,
             old_logprobs=sl(old) if old is not None else logp.detach(),
@@ -158,9 +159,7 @@ def build_objective(backend: TorchBackend, samples: list[Sample]) -> tuple[Micro
                 metrics["kl_loss"] = float(kl_loss.detach())
         if critic is not None and alg.value_loss is not None:
             v_new = critic(mb.input_ids, mb.attention_mask, mb.response_index)
-            v_loss, vm = alg.value_loss(
-                values=v_new, old_values=sl(values), returns=sl(returns), mask=mb.mask
-            )
+            v_loss, vm = alg.value_loss(values=v_new, old_values=sl(values), returns=sl(returns), mask=mb.mask)
             total = total + settings.value_loss_coef * v_loss * part(agg_mode(alg.value_loss))
             metrics.update({k: float(v) for k, v in vm.items()})
             metrics["value/mean"] = float(masked_mean(v_new.detach(), mb.mask))

@@ -6,6 +6,7 @@ import math
 from collections.abc import Callable, Iterable
 
 import torch
+
 from trinity.trainer.config import OptimizerSettings
 
 Schedule = Callable[[int], float]

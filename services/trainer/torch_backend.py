@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
+
 from trinity.trainer import checkpoint as ckpt
 from trinity.trainer.algorithm import AlgorithmParts, resolve_algorithm
 from trinity.trainer.backend import register_backend
@@ -116,7 +117,7 @@ class TorchBackend:
 
     # ----------------------------------------------------------------------------- forward passes
     def token_logprobs(
-        self, model: nn.Module, batch: TokenBatch, *, with_entropy: bool = False
+        self, model: nn.Module, batch: TokenBatch, *, with_entropy: bool | str = False
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probs and entropy `[rows, resp]` of `batch`'s response tokens under `model`."""
         hidden, head = response_hidden(model, batch.input_ids, batch.attention_mask, batch.response_index)
@@ -130,9 +131,7 @@ class TorchBackend:
         )
 
     @torch.no_grad()
-    def forward_rows(
-        self, rows: list[TokenSequence], fn: Callable[[TokenBatch], torch.Tensor]
-    ) -> torch.Tensor:
+    def forward_rows(self, rows: list[TokenSequence], fn: Callable[[TokenBatch], torch.Tensor]) -> torch.Tensor:
         """Apply `fn` (no grad) to token-budget micro-batches of `rows`; returns `[rows, max_resp]`."""
         width = max(max(len(r.response) for r in rows), 1)
         out = torch.zeros((len(rows), width), dtype=torch.float32)
@@ -182,9 +181,7 @@ class TorchBackend:
             return {**metrics, "skipped": 1.0, "step": float(self.step)}
         samples = to_samples(kept, self.tokenizer, max_seq_len=self.settings.max_seq_len)
         staleness = [self.step - s.model_version for s in samples]
-        metrics.update(
-            {"staleness/mean": sum(staleness) / len(staleness), "staleness/max": float(max(staleness))}
-        )
+        metrics.update({"staleness/mean": sum(staleness) / len(staleness), "staleness/max": float(max(staleness))})
 
         objective, prep = self._objective(samples)
         metrics.update(prep)

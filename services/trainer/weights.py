@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 from torch import nn
+
 from trinity.trainer.models import causal_lm
 
 

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from trinity.models.tiny import build_tiny_llama
 
 torch.set_num_threads(1)

@@ -6,6 +6,7 @@ import pytest
 import torch
 from trainer_helpers import random_rollouts
 from transformers import AutoModelForCausalLM, AutoTokenizer
+
 from trinity.trainer.batch import Tokenizer, collate, plan_micro_batches, to_samples
 from trinity.trainer.logprobs import chunked_logprobs, naive_logprobs
 from trinity.trainer.models import response_hidden
@@ -47,9 +48,7 @@ def test_response_positions_give_the_same_logprobs_as_a_full_forward(tiny_model:
 
 def test_text_only_sft_data_is_tokenized_with_the_chat_template(tiny_model: Path) -> None:
     tok = AutoTokenizer.from_pretrained(tiny_model)
-    exp = common_pb2.Experience(
-        id="s", kind=common_pb2.EXPERIENCE_KIND_SFT, prompt_text="hi", response_text="yo"
-    )
+    exp = common_pb2.Experience(id="s", kind=common_pb2.EXPERIENCE_KIND_SFT, prompt_text="hi", response_text="yo")
     [sample] = to_samples([exp], Tokenizer(tok))
     assert tok.decode(sample.chosen.prompt) == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     assert tok.decode(sample.chosen.response) == "yo<|im_end|>\n"

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 from trainer_helpers import random_rollouts
+
 from trinity.trainer.config import TrainerSettings
 from trinity.trainer.torch_backend import TorchBackend
 
@@ -25,9 +26,7 @@ def _settings(model: Path, ckpt: Path) -> TrainerSettings:
     )
 
 
-def test_resume_gives_the_same_next_step_loss_as_an_uninterrupted_run(
-    tiny_model: Path, tmp_path: Path
-) -> None:
+def test_resume_gives_the_same_next_step_loss_as_an_uninterrupted_run(tiny_model: Path, tmp_path: Path) -> None:
     batches = [random_rollouts(8, seed=s) for s in range(3)]
     a = TorchBackend(_settings(tiny_model, tmp_path / "a"))
     a.train_step(batches[0])

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from trinity.models.gguf import ensure_smollm2, find_smollm2_gguf
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 from trainer_helpers import grpo_parts, random_rollouts
+
 from trinity.trainer.algorithm import AlgorithmParts, resolve_algorithm
 from trinity.trainer.batch import plan_micro_batches, to_samples
 from trinity.trainer.config import TrainerSettings

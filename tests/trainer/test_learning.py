@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 from trainer_helpers import grpo_parts
+
 from trinity.trainer.config import TrainerSettings
 from trinity.trainer.torch_backend import TorchBackend
 from trinity.v1 import common_pb2
@@ -23,9 +24,7 @@ def _answer_logprobs(backend: TorchBackend, prompt: list[int], choice_ids: list[
 
 
 def test_grpo_raises_the_probability_of_the_rewarded_answer(tiny_model: Path) -> None:
-    settings = TrainerSettings(
-        model_path=str(tiny_model), optimizer={"lr": 3e-3, "weight_decay": 0.0}, seed=0
-    )
+    settings = TrainerSettings(model_path=str(tiny_model), optimizer={"lr": 3e-3, "weight_decay": 0.0}, seed=0)
     backend = TorchBackend(settings, grpo_parts())
     tok = backend.hf_tokenizer
     text = tok.apply_chat_template(

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from trinity.trainer.logprobs import chunked_logprobs, naive_logprobs
 
 

@@ -4,6 +4,7 @@ import math
 
 import pytest
 from pydantic import ValidationError
+
 from trinity.trainer.config import OptimizerSettings, TrainerSettings
 from trinity.trainer.optim import SCHEDULES
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainer_helpers import random_rollouts
+
 from trinity.trainer.config import TrainerSettings
 from trinity.trainer.torch_backend import TorchBackend
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from trinity.trainer.config import TrainerSettings
 from trinity.trainer.torch_backend import TorchBackend
 from trinity.v1 import common_pb2
@@ -16,9 +17,7 @@ PAIRS = [("Is fire hot?", "yes", "no"), ("Is ice hot?", "no", "yes"), ("Color of
 
 def _sft_experiences() -> list[common_pb2.Experience]:
     return [
-        common_pb2.Experience(
-            id=f"sft{i}", kind=common_pb2.EXPERIENCE_KIND_SFT, prompt_text=p, response_text=r
-        )
+        common_pb2.Experience(id=f"sft{i}", kind=common_pb2.EXPERIENCE_KIND_SFT, prompt_text=p, response_text=r)
         for i, (p, r) in enumerate(SFT_DATA)
     ]
 

@@ -8,6 +8,7 @@ import torch
 from safetensors.torch import load_file
 from trainer_helpers import grpo_parts, random_rollouts
 from transformers import AutoModelForCausalLM
+
 from trinity.trainer.config import LoraSettings, TrainerSettings
 from trinity.trainer.torch_backend import TorchBackend
 

@@ -17,18 +17,14 @@ def grpo_parts(kl_coef: float = 0.0, entropy_coef: float = 0.0, **loss_overrides
         data_kind="rollout",
         advantage=alg.advantage("grpo"),
         policy_loss=loss,
-        entropy=alg.entropy("default", entropy_coef=entropy_coef, loss_agg_mode=mode)
-        if entropy_coef
-        else None,
+        entropy=alg.entropy("default", entropy_coef=entropy_coef, loss_agg_mode=mode) if entropy_coef else None,
         kl=alg.kl("low_var_kl"),
         kl_coef=kl_coef,
         needs_reference=kl_coef > 0,
     )
 
 
-def random_rollouts(
-    n: int, *, seed: int = 0, vocab: int = 272, groups: int = 2
-) -> list[common_pb2.Experience]:
+def random_rollouts(n: int, *, seed: int = 0, vocab: int = 272, groups: int = 2) -> list[common_pb2.Experience]:
     """Rollouts of varied prompt/response lengths with sampler log-probs, partial action masks and rewards."""
     rng = random.Random(seed)
     out = []

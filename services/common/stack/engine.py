@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,7 +31,8 @@ def connect() -> Any:
         client = docker.from_env()
         client.ping()
     except DockerException as err:
-        raise EngineUnavailable(f"no Docker engine answers ({err})") from None
+        where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+        raise EngineUnavailable(f"no Docker engine answers at {where} ({err})") from None
     return client
 
 

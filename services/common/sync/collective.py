@@ -65,11 +65,11 @@ class WeightSender(SyncSender):
         log.info("sync.joined", group=self.spec.name, generation=self.spec.generation, rank=0)
 
     def start(self, version: int) -> None:
+        self.transport._check()
         if self._version is not None:
             raise SyncError(f"version {self._version} is still open; finish() it before starting {version}")
         if self.last_version is not None and version <= self.last_version:
             raise StaleVersion(f"version {version} is not newer than the last published {self.last_version}")
-        self.transport._check()
         self._seq += 1
         # The doorbell lets idle receivers wait on the store (any duration) rather than inside a collective.
         self.transport.store.set(_doorbell(self._seq), str(version))
@@ -81,6 +81,13 @@ class WeightSender(SyncSender):
     def update(self, named_tensors: NamedTensors) -> None:
         if self._version is None or self._report is None:
             raise SyncError("update() outside start()/finish()")
+        try:
+            self._send_chunk(named_tensors, self._report)
+        except SyncError:
+            self._version = None  # the group is broken; this version is abandoned on every member
+            raise
+
+    def _send_chunk(self, named_tensors: NamedTensors, report: SyncReport) -> None:
         named = [(name, tensor.detach()) for name, tensor in named_tensors]
         for name, tensor in named:
             if tensor.device != self.transport.device:
@@ -95,9 +102,9 @@ class WeightSender(SyncSender):
             sums.append(checksum_bytes(self.spec.checksum, bucket))
             self.transport.broadcast(bucket, f"bucket {index}")
         self._checksums.append(sums)
-        self._report.tensors += len(named)
-        self._report.bytes += layout.total_bytes
-        self._report.buckets += layout.bucket_count
+        report.tensors += len(named)
+        report.bytes += layout.total_bytes
+        report.buckets += layout.bucket_count
 
     def _staging_buffer(self, size: int) -> torch.Tensor:
         if self._staging is None or self._staging.numel() < size:
@@ -107,8 +114,12 @@ class WeightSender(SyncSender):
     def finish(self, version: int) -> SyncReport:
         if self._version != version or self._report is None:
             raise SyncError(f"finish({version}) does not match the open version {self._version}")
-        self.transport.send_message({"kind": FINISH, "version": version, "checksums": self._checksums})
-        statuses = self.transport.allgather_status(STATUS_OK, version)
+        try:
+            self.transport.send_message({"kind": FINISH, "version": version, "checksums": self._checksums})
+            statuses = self.transport.allgather_status(STATUS_OK, version)
+        except SyncError:
+            self._version = None
+            raise
         report = self._report
         report.seconds = time.perf_counter() - self._started_at
         report.refused = {

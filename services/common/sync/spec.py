@@ -34,7 +34,8 @@ class SyncGroupSpec(BaseModel):
     port: int = Field(default=0, ge=0, le=65535, description="0 until the trainer reserves one")
     world_size: int = Field(ge=1)
     ranks: dict[str, int] = Field(description="member id -> rank; the trainer ('trainer') is rank 0")
-    timeout_s: float = Field(default=60.0, gt=0, description="bound on every collective and on rendezvous")
+    timeout_s: float = Field(default=60.0, gt=0, description="bound on every collective of an update")
+    join_timeout_s: float = Field(default=300.0, gt=0, description="bound on waiting for all members to join")
     bucket_mb: float = Field(default=64.0, gt=0, description="bytes per broadcast, in MiB (fractions allowed)")
     checksum: ChecksumName = "xxh3_64"
     checkpoint_dir: str | None = Field(default=None, description="shared directory; required for 'checkpoint'")
@@ -62,7 +63,7 @@ class SyncGroupSpec(BaseModel):
 
     def next_generation(self, explorers: list[str], **changes: object) -> SyncGroupSpec:
         """The spec after a membership change: same name and rendezvous, generation + 1."""
-        fields = self.model_dump(exclude={"generation", "world_size", "ranks"})
+        fields = self.model_dump(exclude={"name", "generation", "world_size", "ranks"})
         fields.update(changes)
         return SyncGroupSpec.for_members(self.name, self.generation + 1, explorers, **fields)
 
@@ -77,6 +78,10 @@ class SyncGroupSpec(BaseModel):
     @property
     def timeout(self) -> timedelta:
         return timedelta(seconds=self.timeout_s)
+
+    @property
+    def join_timeout(self) -> timedelta:
+        return timedelta(seconds=self.join_timeout_s)
 
     @property
     def is_collective(self) -> bool:
@@ -111,6 +116,6 @@ def reserve_rendezvous(spec: SyncGroupSpec) -> Rendezvous:
     from torch.distributed import TCPStore
 
     store = TCPStore(
-        spec.host, spec.port, spec.world_size, is_master=True, timeout=spec.timeout, wait_for_workers=False
+        spec.host, spec.port, spec.world_size, is_master=True, timeout=spec.join_timeout, wait_for_workers=False
     )
     return Rendezvous(store, spec.model_copy(update={"port": int(store.port)}))

@@ -58,7 +58,7 @@ class GroupTransport:
                     spec.port,
                     spec.world_size,
                     is_master=self.rank == 0,
-                    timeout=spec.timeout,
+                    timeout=spec.join_timeout,
                     wait_for_workers=False,
                 )
             self._prefixed = dist.PrefixStore(spec.store_prefix, self._store)
@@ -69,19 +69,23 @@ class GroupTransport:
             self.broken = repr(err)
             raise SyncError(
                 f"could not join sync group {spec.name} generation {spec.generation} at {spec.host}:{spec.port} "
-                f"as rank {self.rank} within {spec.timeout_s}s: {err}"
+                f"as rank {self.rank} within {spec.join_timeout_s}s: {err}"
             ) from err
 
     def _make_group(self, store: Any) -> Any:
         spec = self.spec
+        # Joining waits for the slowest member to start (join_timeout_s); each collective then gets timeout_s.
         if spec.backend == "gloo":
-            return dist.ProcessGroupGloo(store, self.rank, spec.world_size, spec.timeout)
-        nccl = getattr(dist, "ProcessGroupNCCL", None)
-        if nccl is None:
-            raise SyncError("this torch build has no NCCL; install a CUDA build or use backend 'gloo'")
-        options = nccl.Options()
-        options._timeout = spec.timeout
-        return nccl(store, self.rank, spec.world_size, options)
+            group = dist.ProcessGroupGloo(store, self.rank, spec.world_size, spec.join_timeout)
+        else:
+            nccl = getattr(dist, "ProcessGroupNCCL", None)
+            if nccl is None:
+                raise SyncError("this torch build has no NCCL; install a CUDA build or use backend 'gloo'")
+            options = nccl.Options()
+            options._timeout = spec.join_timeout
+            group = nccl(store, self.rank, spec.world_size, options)
+        group._set_default_timeout(spec.timeout)
+        return group
 
     def _check(self) -> None:
         if self._group is None:

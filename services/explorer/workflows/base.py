@@ -39,6 +39,12 @@ class Workflow(ABC):
     def run(self, task: common_pb2.Task, engine: Engine, settings: RolloutSettings) -> list[common_pb2.Experience]:
         """All experiences of `settings.repeat_times` runs of `task`, sharing one group id."""
 
+    def run_batch(
+        self, tasks: Sequence[common_pb2.Task], engine: Engine, settings: RolloutSettings
+    ) -> list[list[common_pb2.Experience]]:
+        """Every task's experiences; workflows that can batch generation across tasks override this."""
+        return [self.run(task, engine, settings) for task in tasks]
+
     def reward_fn(self, task: common_pb2.Task) -> RewardFn:
         """The task's own reward if it names one, else this workflow's default."""
         name = task.reward_fn or self.default_reward

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from trinity.explorer.engines.base import Engine, GenerationRequest
 from trinity.explorer.rewards.countdown import countdown_numbers
 from trinity.explorer.workflows.base import (
@@ -39,26 +41,35 @@ class MathWorkflow(Workflow):
         return GenerationRequest(prompt=self.prompt_text(task), n=n, sampling=sampling)
 
     def run(self, task: common_pb2.Task, engine: Engine, settings: RolloutSettings) -> list[common_pb2.Experience]:
-        reward_fn = self.reward_fn(task)
-        result = engine.generate([self.request(task, settings)])[0]
-        group_id = new_id()
-        experiences = []
-        for sample in result.samples:
-            exp = new_experience(
-                task,
-                settings,
-                group_id=group_id,
-                model_version=result.model_version,
-                prompt_token_ids=result.prompt_token_ids,
-                response_token_ids=sample.token_ids,
-                logprobs=sample.logprobs,
-                prompt_text=result.prompt_text,
-                response_text=sample.text,
-                finish_reason=sample.finish_reason,
-            )
-            score(exp, reward_fn, sample.text, task, settings.reward_timeout_s)
-            experiences.append(exp)
-        return experiences
+        return self.run_batch([task], engine, settings)[0]
+
+    def run_batch(
+        self, tasks: Sequence[common_pb2.Task], engine: Engine, settings: RolloutSettings
+    ) -> list[list[common_pb2.Experience]]:
+        """One engine call for the whole batch: the engine schedules every sample of every task together."""
+        results = engine.generate([self.request(task, settings) for task in tasks])
+        batches = []
+        for task, result in zip(tasks, results, strict=True):
+            reward_fn = self.reward_fn(task)
+            group_id = new_id()
+            experiences = []
+            for sample in result.samples:
+                exp = new_experience(
+                    task,
+                    settings,
+                    group_id=group_id,
+                    model_version=result.model_version,
+                    prompt_token_ids=result.prompt_token_ids,
+                    response_token_ids=sample.token_ids,
+                    logprobs=sample.logprobs,
+                    prompt_text=result.prompt_text,
+                    response_text=sample.text,
+                    finish_reason=sample.finish_reason,
+                )
+                score(exp, reward_fn, sample.text, task, settings.reward_timeout_s)
+                experiences.append(exp)
+            batches.append(experiences)
+        return batches
 
 
 COUNTDOWN_PROMPT = (

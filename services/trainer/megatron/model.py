@@ -54,7 +54,9 @@ def transformer_config(shape: ModelShape, dtype: str, tp: int, pp: int, on_gpu: 
         variable_seq_lengths=True,
         moe_token_dispatcher_type="alltoall",  # only to pass a validation; the model has no MoE
         use_cpu_initialization=not on_gpu,
-        perform_initialization=False,  # every weight is loaded from the HF checkpoint
+        # Initialization is wasted work (weights are loaded next), but it is also where Megatron marks
+        # parameters as TP-split; without the marks grad-norm and export treat shards as duplicates.
+        perform_initialization=True,
         gradient_accumulation_fusion=False,
         bias_activation_fusion=False,
         bias_dropout_fusion=False,

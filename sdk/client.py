@@ -1,0 +1,182 @@
+"""Typed clients over the Gateway, in a blocking and an asyncio flavour."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import yaml
+
+from trinity.runtime.client import open_channel
+from trinity.runtime.server import message_size_options
+from trinity.sdk.errors import TrinityError, translate
+from trinity.sdk.metrics import RunMetrics
+from trinity.v1 import gateway_pb2, gateway_pb2_grpc
+
+TERMINAL = {gateway_pb2.RUN_STATE_SUCCEEDED, gateway_pb2.RUN_STATE_FAILED, gateway_pb2.RUN_STATE_CANCELLED}
+DEFAULT_GATEWAY = "127.0.0.1:7070"
+
+
+def config_text(config: str | Path | dict[str, Any]) -> str:
+    """A run config given as a dict, a YAML/JSON file path, or YAML text."""
+    if isinstance(config, dict):
+        return json.dumps(config)
+    if isinstance(config, Path) or (
+        isinstance(config, str) and "\n" not in config and config.endswith((".yaml", ".yml", ".json"))
+    ):
+        path = Path(config)
+        if not path.exists():
+            raise TrinityError(f"config file {path} does not exist")
+        from trinity.config import load_run_config
+
+        # Relative data paths in a file are relative to the file; the gateway may run elsewhere.
+        return load_run_config(path).model_dump_json()
+    yaml.safe_load(config)  # a syntax error is reported here, before the round trip
+    return str(config)
+
+
+class RunHandle:
+    def __init__(self, client: TrinityClient, run_id: str) -> None:
+        self.client = client
+        self.id = run_id
+
+    def status(self) -> gateway_pb2.Run:
+        return self.client._call("GetRun", gateway_pb2.GetRunRequest(run_id=self.id))
+
+    def watch(self, after_seq: str = "") -> Iterator[gateway_pb2.RunEvent]:
+        """Events from the start (or `after_seq`) until the run ends."""
+        try:
+            yield from self.client.stub.WatchRun(gateway_pb2.WatchRunRequest(run_id=self.id, after_seq=after_seq))
+        except grpc.RpcError as err:
+            raise translate(err, self.client.target) from None
+
+    def metrics(self, snapshot_seconds: float = 2.0) -> RunMetrics:
+        """Every metric reported so far; for a live run, what arrives within `snapshot_seconds`."""
+        metrics = RunMetrics()
+        call = self.client.stub.WatchRun(gateway_pb2.WatchRunRequest(run_id=self.id), timeout=snapshot_seconds)
+        try:
+            for event in call:
+                metrics.add(event)
+        except grpc.RpcError as err:
+            if err.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise translate(err, self.client.target) from None
+        return metrics
+
+    def wait(self, timeout: float | None = None, poll: float = 1.0) -> gateway_pb2.Run:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            run = self.status()
+            if run.state in TERMINAL:
+                return run
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"run {self.id} still {gateway_pb2.RunState.Name(run.state)} after {timeout}s")
+            time.sleep(poll)
+
+    def cancel(self, reason: str = "cancelled by user") -> gateway_pb2.Run:
+        return self.client._call("CancelRun", gateway_pb2.CancelRunRequest(run_id=self.id, reason=reason))
+
+
+class TrinityClient:
+    def __init__(self, gateway: str = DEFAULT_GATEWAY, *, token: str | None = None, timeout: float = 30.0) -> None:
+        self.target = gateway
+        self.timeout = timeout
+        self._channel = open_channel(gateway, token=token)
+        self.stub = gateway_pb2_grpc.GatewayServiceStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> TrinityClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def _call(self, method: str, request: Any) -> Any:
+        try:
+            return getattr(self.stub, method)(request, timeout=self.timeout)
+        except grpc.RpcError as err:
+            raise translate(err, self.target) from None
+
+    def create_run(self, config: str | Path | dict[str, Any], run_id: str = "") -> RunHandle:
+        run = self._call("CreateRun", gateway_pb2.CreateRunRequest(config_yaml=config_text(config), run_id=run_id))
+        return RunHandle(self, run.id)
+
+    def run(self, run_id: str) -> RunHandle:
+        self._call("GetRun", gateway_pb2.GetRunRequest(run_id=run_id))
+        return RunHandle(self, run_id)
+
+    def list_runs(self) -> list[gateway_pb2.Run]:
+        return list(self._call("ListRuns", gateway_pb2.ListRunsRequest()).runs)
+
+
+class AsyncRunHandle:
+    def __init__(self, client: AsyncTrinityClient, run_id: str) -> None:
+        self.client = client
+        self.id = run_id
+
+    async def status(self) -> gateway_pb2.Run:
+        return await self.client._call("GetRun", gateway_pb2.GetRunRequest(run_id=self.id))
+
+    async def watch(self, after_seq: str = "") -> AsyncIterator[gateway_pb2.RunEvent]:
+        try:
+            request = gateway_pb2.WatchRunRequest(run_id=self.id, after_seq=after_seq)
+            async for event in self.client.stub.WatchRun(request, metadata=self.client._metadata):
+                yield event
+        except grpc.RpcError as err:
+            raise translate(err, self.client.target) from None
+
+    async def wait(self, timeout: float | None = None, poll: float = 1.0) -> gateway_pb2.Run:
+        import asyncio
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            run = await self.status()
+            if run.state in TERMINAL:
+                return run
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"run {self.id} still {gateway_pb2.RunState.Name(run.state)} after {timeout}s")
+            await asyncio.sleep(poll)
+
+    async def cancel(self, reason: str = "cancelled by user") -> gateway_pb2.Run:
+        return await self.client._call("CancelRun", gateway_pb2.CancelRunRequest(run_id=self.id, reason=reason))
+
+
+class AsyncTrinityClient:
+    def __init__(self, gateway: str = DEFAULT_GATEWAY, *, token: str | None = None, timeout: float = 30.0) -> None:
+        import os
+
+        self.target = gateway
+        self.timeout = timeout
+        token = token if token is not None else os.environ.get("TRINITY_AUTH_TOKEN") or None
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._channel = grpc.aio.insecure_channel(gateway, options=message_size_options(256))
+        self.stub = gateway_pb2_grpc.GatewayServiceStub(self._channel)
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> AsyncTrinityClient:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+    async def _call(self, method: str, request: Any) -> Any:
+        try:
+            return await getattr(self.stub, method)(request, timeout=self.timeout, metadata=self._metadata)
+        except grpc.RpcError as err:
+            raise translate(err, self.target) from None
+
+    async def create_run(self, config: str | Path | dict[str, Any], run_id: str = "") -> AsyncRunHandle:
+        run = await self._call(
+            "CreateRun", gateway_pb2.CreateRunRequest(config_yaml=config_text(config), run_id=run_id)
+        )
+        return AsyncRunHandle(self, run.id)
+
+    async def list_runs(self) -> list[gateway_pb2.Run]:
+        return list((await self._call("ListRuns", gateway_pb2.ListRunsRequest())).runs)

@@ -1,0 +1,34 @@
+"""SDK errors: gRPC statuses turned into exceptions that say what to do."""
+
+from __future__ import annotations
+
+import grpc
+
+
+class TrinityError(Exception):
+    """Base class of every SDK error."""
+
+
+class InvalidRunConfig(TrinityError):
+    """The gateway refused the run config; the message names the wrong field."""
+
+
+class RunNotFound(TrinityError):
+    pass
+
+
+class GatewayUnavailable(TrinityError):
+    pass
+
+
+def translate(err: grpc.RpcError, target: str) -> TrinityError:
+    code, details = err.code(), err.details() or ""
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        return InvalidRunConfig(details)
+    if code == grpc.StatusCode.NOT_FOUND:
+        return RunNotFound(details)
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        return GatewayUnavailable(f"gateway at {target} is not answering ({code.name}); is `trinity serve gateway` up?")
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return TrinityError(f"{details} (pass token= or set TRINITY_AUTH_TOKEN)")
+    return TrinityError(f"{code.name}: {details}")

@@ -1,0 +1,108 @@
+"""GatewayClient: the services' and the SDK's way to the control plane."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from trinity.runtime.client import call_with_retry, open_channel
+from trinity.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+
+
+class GatewayClient:
+    def __init__(self, target: str, *, token: str | None = None, timeout: float = 30.0) -> None:
+        self.target = target
+        self.timeout = timeout
+        self._channel = open_channel(target, token=token)
+        self.stub = gateway_pb2_grpc.GatewayServiceStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> GatewayClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def _call(self, method: str, request: object, timeout: float | None = None):
+        fn = getattr(self.stub, method)
+        return call_with_retry(lambda: fn(request, timeout=timeout or self.timeout))
+
+    # ---- runs ----------------------------------------------------------------------------------------
+
+    def create_run(self, config_text: str, run_id: str = "") -> gateway_pb2.Run:
+        return self._call("CreateRun", gateway_pb2.CreateRunRequest(config_yaml=config_text, run_id=run_id))
+
+    def get_run(self, run_id: str) -> gateway_pb2.Run:
+        return self._call("GetRun", gateway_pb2.GetRunRequest(run_id=run_id))
+
+    def list_runs(self) -> list[gateway_pb2.Run]:
+        return list(self._call("ListRuns", gateway_pb2.ListRunsRequest()).runs)
+
+    def cancel_run(self, run_id: str, reason: str = "") -> gateway_pb2.Run:
+        return self._call("CancelRun", gateway_pb2.CancelRunRequest(run_id=run_id, reason=reason))
+
+    def watch(self, run_id: str, after_seq: str = "") -> Iterator[gateway_pb2.RunEvent]:
+        """Events until the run ends (the stream closes); no deadline, since runs last long."""
+        yield from self.stub.WatchRun(gateway_pb2.WatchRunRequest(run_id=run_id, after_seq=after_seq))
+
+    def report(self, event: gateway_pb2.RunEvent) -> gateway_pb2.ReportEventResponse:
+        return self._call("ReportEvent", gateway_pb2.ReportEventRequest(event=event))
+
+    # ---- registry ------------------------------------------------------------------------------------
+
+    def register(self, instance: gateway_pb2.Instance) -> gateway_pb2.RegisterResponse:
+        return self._call("Register", gateway_pb2.RegisterRequest(instance=instance))
+
+    def heartbeat(self, instance_id: str, run_id: str = "", model_version: int = 0) -> bool:
+        request = gateway_pb2.HeartbeatRequest(instance_id=instance_id, run_id=run_id, model_version=model_version)
+        return bool(self.stub.Heartbeat(request, timeout=self.timeout).known)
+
+    def instances(self, service: str = "") -> list[gateway_pb2.Instance]:
+        return list(self._call("ListInstances", gateway_pb2.ListInstancesRequest(service=service)).instances)
+
+    # ---- sync groups ---------------------------------------------------------------------------------
+
+    def open_sync_group(self, request: gateway_pb2.OpenSyncGroupRequest) -> gateway_pb2.SyncGroup:
+        return self._call("OpenSyncGroup", request)
+
+    def join_sync_group(self, run_id: str, instance_id: str, has_gpu: bool) -> gateway_pb2.SyncGroup:
+        request = gateway_pb2.JoinSyncGroupRequest(run_id=run_id, instance_id=instance_id, has_gpu=has_gpu)
+        return self._call("JoinSyncGroup", request)
+
+    def sync_group(self, run_id: str) -> gateway_pb2.SyncGroup:
+        return self._call("GetSyncGroup", gateway_pb2.GetSyncGroupRequest(run_id=run_id))
+
+    def announce_weights(self, run_id: str, generation: int, version: int) -> gateway_pb2.SyncGroup:
+        request = gateway_pb2.AnnounceWeightsRequest(run_id=run_id, generation=generation, version=version)
+        return self._call("AnnounceWeights", request)
+
+    def report_sync_failure(self, run_id: str, generation: int, instance_id: str, error: str) -> None:
+        request = gateway_pb2.ReportSyncFailureRequest(
+            run_id=run_id, generation=generation, instance_id=instance_id, error=error
+        )
+        self._call("ReportSyncFailure", request)
+
+    def status(self) -> common_pb2.ServiceStatus:
+        return self._call("GetStatus", common_pb2.GetStatusRequest())
+
+
+def sync_spec(group: gateway_pb2.SyncGroup):
+    """The negotiated group as the sync layer's spec (the trainer member is rank 0)."""
+    from trinity.sync import SyncGroupSpec
+    from trinity.sync.spec import TRAINER_MEMBER
+
+    ranks = {TRAINER_MEMBER: 0, **{m.instance_id: m.rank for m in group.members if m.rank > 0}}
+    return SyncGroupSpec(
+        name=group.run_id.replace("/", "_")[:120],
+        generation=group.generation,
+        backend=group.backend,  # type: ignore[arg-type]
+        host=group.host or "127.0.0.1",
+        port=group.port,
+        world_size=group.world_size,
+        ranks=ranks,
+        timeout_s=group.timeout_seconds or 600.0,
+        join_timeout_s=max(group.timeout_seconds or 600.0, 60.0),
+        bucket_mb=group.bucket_mb or 64.0,
+        checkpoint_dir=group.checkpoint_dir or None,
+    )

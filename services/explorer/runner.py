@@ -1,0 +1,312 @@
+"""One explorer's part of a run: lease tasks, roll out, put experiences, load new weights between batches.
+
+Version discipline: explore step k needs weights of version >= required_version(k) (synchronous when
+sync_offset is 0, one step ahead when 1, ...). New weights are staged by the weight feed and swapped in
+only between rollout batches, so a batch never mixes versions.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from trinity.clients import BufferClient, GatewayClient
+from trinity.config import RunConfig, naming
+from trinity.explorer.engines import create_engine
+from trinity.explorer.engines.base import Engine, SamplingSettings
+from trinity.explorer.weight_feed import WeightFeed
+from trinity.explorer.workflows import create_workflow
+from trinity.explorer.workflows.base import RolloutSettings, Workflow
+from trinity.models import resolve_model_path
+from trinity.runtime.logging import get_logger
+from trinity.v1 import buffer_pb2, common_pb2, gateway_pb2
+
+log = get_logger(__name__)
+
+PASS_THRESHOLD = 1.0  # a sample "passes" when its reward reaches this (accuracy rewards are 0/1)
+
+
+def required_version(step: int, sync_interval: int, sync_offset: int) -> int:
+    """The oldest weight version explore step `step` may use."""
+    return max(0, ((step - sync_offset) // sync_interval) * sync_interval)
+
+
+def build_engine(config: RunConfig, model_path: str) -> Engine:
+    options = {
+        "model_path": model_path,
+        "dtype": config.model.dtype,
+        "seed": config.seed,
+        **config.explorer.engine_options,
+    }
+    if config.explorer.engine == "vllm":
+        options.setdefault("max_model_len", config.model.max_prompt_tokens + config.model.max_response_tokens)
+    return create_engine(config.explorer.engine, **options)
+
+
+@dataclass
+class EvalSummary:
+    accuracy: float
+    mean_reward: float
+    pass_at_k: float
+    response_tokens: float
+    samples: int
+    per_taskset: dict[str, float] = field(default_factory=dict)
+
+
+class ExplorerRunner:
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        stage: int,
+        config: RunConfig,
+        instance_id: str,
+        buffer_address: str,
+        gateway_address: str,
+        engine_factory: Callable[[RunConfig, str], Engine] = build_engine,
+    ) -> None:
+        self.run_id = run_id
+        self.stage = stage
+        self.config = config
+        self.instance_id = instance_id
+        self.buffer = BufferClient(buffer_address, timeout=120)
+        self.gateway = GatewayClient(gateway_address, timeout=30)
+        self.engine_factory = engine_factory
+        self.engine: Engine | None = None
+        self.feed: WeightFeed | None = None
+        self.step = 0
+        self._stop = threading.Event()
+        self.state = "starting"
+        self._thread = threading.Thread(target=self._main, name=f"explorer-{run_id}", daemon=True)
+
+    # ---- control ---------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, reason: str = "") -> None:
+        log.info("explorer.stopping", run_id=self.run_id, reason=reason)
+        self._stop.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    @property
+    def model_version(self) -> int:
+        return self.engine.model_version if self.engine is not None else 0
+
+    # ---- the loop ---------------------------------------------------------------------------------------
+
+    def _main(self) -> None:
+        try:
+            self._run()
+            self._report("finished", message="explorer finished")
+            self.state = "finished"
+        except Exception as err:
+            log.exception("explorer.failed", run_id=self.run_id)
+            self.state = "failed"
+            self._report("error", message=f"{type(err).__name__}: {err}")
+        finally:
+            if self.feed is not None:
+                self.feed.close()
+            if self.engine is not None:
+                self.engine.close()
+            self.buffer.close()
+
+    def _run(self) -> None:
+        cfg = self.config
+        model_path = resolve_model_path(cfg.model.path)
+        self.engine = self.engine_factory(cfg, model_path)
+        self.state = "running"
+        workflow = create_workflow(cfg.explorer.workflow, **cfg.explorer.workflow_options)
+        settings = self._rollout_settings(cfg.explorer.temperature, cfg.algorithm.repeat_times)
+        if cfg.mode == "bench":
+            self._evaluate(workflow)
+            return
+        if cfg.mode == "both":
+            self.feed = WeightFeed(self.gateway, self.run_id, self.instance_id)
+            self.feed.start()
+        if cfg.explorer.eval_on_start and cfg.buffer.eval_tasksets:
+            self._evaluate(workflow)
+        last_eval_version = 0
+        taskset = naming.taskset(self.run_id, self.stage, cfg.buffer.taskset.name)  # type: ignore[union-attr]
+        stream = naming.experience_stream(self.run_id, self.stage, cfg.buffer.experience_stream.name)
+        limit = cfg.buffer.total_steps if cfg.mode == "explore" else None
+        while not self._stop.is_set() and (limit is None or self.step < limit):
+            if not self._wait_for_weights(self.step):
+                break
+            started = time.perf_counter()
+            leased = self.buffer.lease_tasks(taskset, self.instance_id, cfg.buffer.batch_size)
+            if not leased.tasks:
+                if leased.exhausted:
+                    break
+                self._stop.wait(0.5)  # tasks are leased elsewhere; they may come back
+                continue
+            batches = workflow.run_batch(list(leased.tasks), self.engine, settings)
+            experiences = [e for batch in batches for e in batch]
+            put = self.buffer.put(stream, experiences)
+            self.buffer.complete_tasks(taskset, self.instance_id, _results(leased.tasks, batches))
+            self._report_step(experiences, put, time.perf_counter() - started)
+            self.step += 1
+            version = self.engine.model_version
+            interval = cfg.explorer.eval_interval
+            if interval and cfg.buffer.eval_tasksets and version - last_eval_version >= interval:
+                self._apply_staged_weights()
+                self._evaluate(workflow)
+                last_eval_version = self.engine.model_version
+        if cfg.buffer.eval_tasksets and self.engine.model_version != last_eval_version:
+            self._apply_staged_weights(wait_s=5.0)
+            self._evaluate(workflow)
+
+    def _rollout_settings(self, temperature: float, repeat_times: int) -> RolloutSettings:
+        cfg = self.config
+        sampling = SamplingSettings(
+            temperature=temperature,
+            top_p=cfg.explorer.top_p,
+            top_k=cfg.explorer.top_k,
+            max_tokens=cfg.model.max_response_tokens,
+            stop=tuple(cfg.explorer.stop),
+        )
+        return RolloutSettings(
+            repeat_times=repeat_times,
+            sampling=sampling,
+            reward_timeout_s=cfg.explorer.reward_timeout_seconds,
+            run_id=self.run_id,
+        )
+
+    # ---- weights -------------------------------------------------------------------------------------
+
+    def _wait_for_weights(self, step: int) -> bool:
+        """Swap in staged weights; block until the version this step needs has arrived."""
+        sync = self.config.synchronizer
+        needed = required_version(step, sync.sync_interval, sync.sync_offset) if self.feed is not None else 0
+        while True:
+            self._apply_staged_weights()
+            if self.model_version >= needed:
+                return True
+            if self._stop.is_set():
+                return False
+            if self.feed is not None and self.feed.error is not None:
+                raise RuntimeError(f"weight sync failed: {self.feed.error}")
+            self._stop.wait(0.05)
+
+    def _apply_staged_weights(self, wait_s: float = 0.0) -> None:
+        if self.feed is None or self.engine is None:
+            return
+        deadline = time.monotonic() + wait_s
+        while True:
+            staged = self.feed.take()
+            if staged is not None:
+                version, tensors = staged
+                started = time.perf_counter()
+                self.engine.load_weights(version, tensors)
+                self._report(
+                    "weights",
+                    message=f"serving version {version}",
+                    metrics={"load_seconds": time.perf_counter() - started},
+                )
+                return
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.05)
+
+    # ---- evaluation --------------------------------------------------------------------------------------
+
+    def _evaluate(self, workflow: Workflow) -> EvalSummary | None:
+        cfg = self.config
+        settings = self._rollout_settings(cfg.explorer.eval_temperature, cfg.explorer.eval_repeat_times)
+        rewards: list[float] = []
+        group_pass: list[bool] = []
+        lengths: list[float] = []
+        per_taskset: dict[str, float] = {}
+        for section in cfg.buffer.eval_tasksets:
+            name = naming.taskset(self.run_id, self.stage, section.name)
+            size = self.buffer.taskset(name).size
+            leased = self.buffer.lease_tasks(name, self.instance_id, int(size))
+            if not leased.tasks:
+                continue
+            batches = workflow.run_batch(list(leased.tasks), self.engine, settings)
+            self.buffer.complete_tasks(name, self.instance_id, _results(leased.tasks, batches))
+            scores = [e.reward for b in batches for e in b if not e.failed]
+            per_taskset[section.name] = _mean([s >= PASS_THRESHOLD for s in scores])
+            rewards += scores
+            group_pass += [any(e.reward >= PASS_THRESHOLD for e in b) for b in batches]
+            lengths += [len(e.response_token_ids) for b in batches for e in b]
+        if not rewards:
+            return None
+        summary = EvalSummary(
+            accuracy=_mean([r >= PASS_THRESHOLD for r in rewards]),
+            mean_reward=_mean(rewards),
+            pass_at_k=_mean(group_pass),
+            response_tokens=_mean(lengths),
+            samples=len(rewards),
+            per_taskset=per_taskset,
+        )
+        metrics = {
+            "accuracy": summary.accuracy,
+            "mean_reward": summary.mean_reward,
+            f"pass@{cfg.explorer.eval_repeat_times}": summary.pass_at_k,
+            "response_tokens": summary.response_tokens,
+            "samples": float(summary.samples),
+            **{f"accuracy/{k}": v for k, v in per_taskset.items()},
+        }
+        self._report("eval", metrics=metrics, message=f"eval at version {self.model_version}")
+        return summary
+
+    # ---- reporting ----------------------------------------------------------------------------------------
+
+    def _report_step(
+        self, experiences: list[common_pb2.Experience], put: buffer_pb2.PutExperiencesResponse, seconds: float
+    ) -> None:
+        ok = [e for e in experiences if not e.failed]
+        tokens = sum(len(e.response_token_ids) for e in experiences)
+        metrics = {
+            "reward_mean": _mean([e.reward for e in ok]),
+            "reward_std": statistics.pstdev([e.reward for e in ok]) if len(ok) > 1 else 0.0,
+            "pass_rate": _mean([e.reward >= PASS_THRESHOLD for e in ok]),
+            "response_tokens": _mean([len(e.response_token_ids) for e in experiences]),
+            "failed": float(len(experiences) - len(ok)),
+            "accepted": float(put.accepted),
+            "dropped": float(sum(put.dropped.values())),
+            "tokens_per_second": tokens / seconds if seconds > 0 else 0.0,
+            "seconds": seconds,
+        }
+        self._report("explore", step=self.step + 1, metrics=metrics)
+
+    def _report(self, kind: str, *, step: int | None = None, message: str = "", metrics: dict | None = None) -> None:
+        event = gateway_pb2.RunEvent(
+            run_id=self.run_id,
+            kind=kind,
+            source=f"explorer/{self.instance_id}",
+            step=self.step if step is None else step,
+            model_version=self.model_version,
+            metrics=metrics or {},
+            message=message,
+            stage=self.stage,
+        )
+        try:
+            reply = self.gateway.report(event)
+            if not reply.run_active and kind not in ("finished", "error"):
+                self._stop.set()  # the run is over (cancelled or failed elsewhere)
+        except Exception as err:
+            log.warning("explorer.report_failed", kind=kind, error=str(err))
+
+
+def _mean(values: list[float] | list[bool] | list[int]) -> float:
+    return float(sum(values) / len(values)) if values else 0.0
+
+
+def _results(
+    tasks: list[common_pb2.Task] | object, batches: list[list[common_pb2.Experience]]
+) -> list[buffer_pb2.TaskResult]:
+    results = []
+    for task, batch in zip(tasks, batches, strict=True):  # type: ignore[call-overload]
+        scored = [e for e in batch if not e.failed]
+        rate = _mean([e.reward >= PASS_THRESHOLD for e in scored]) if scored else -1.0
+        results.append(
+            buffer_pb2.TaskResult(lease_id=task.lease_id, task_id=task.id, pass_rate=rate, samples=len(scored))
+        )
+    return results

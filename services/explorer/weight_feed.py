@@ -1,0 +1,118 @@
+"""The explorer's side of weight sync: join the run's sync group and stage each verified version.
+
+A background thread receives (the trainer never waits for a rollout batch to finish); the runner
+takes the newest staged version between batches. After a failure the feed joins the next generation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+
+import grpc
+import torch
+
+from trinity.clients.gateway import GatewayClient, sync_spec
+from trinity.runtime.agent import has_gpu
+from trinity.runtime.logging import get_logger
+
+log = get_logger(__name__)
+
+Staged = tuple[int, list[tuple[str, torch.Tensor]]]
+IDLE_WAIT_S = 1.0
+
+
+class WeightFeed:
+    def __init__(self, gateway: GatewayClient, run_id: str, instance_id: str) -> None:
+        self.gateway = gateway
+        self.run_id = run_id
+        self.instance_id = instance_id
+        self.error: str | None = None
+        self._staged: Staged | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="weight-feed", daemon=True)
+        self.generation = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def take(self) -> Staged | None:
+        """The newest verified version not yet taken, or None."""
+        with self._lock:
+            staged, self._staged = self._staged, None
+            return staged
+
+    def _loop(self) -> None:
+        from trinity.sync import SyncError, open_receiver
+
+        while not self._stop.is_set():
+            receiver = None
+            try:
+                group = self._join()
+                if group is None:
+                    return
+                spec = sync_spec(group)
+                receiver = open_receiver(spec, group.rank)
+                receiver.init()
+                self.generation = group.generation
+                log.info("weights.group_joined", generation=group.generation, rank=group.rank)
+                while not self._stop.is_set():
+                    try:
+                        version, named = receiver.receive(idle_timeout_s=IDLE_WAIT_S)
+                    except SyncError as err:
+                        if _is_idle(err) and self._generation_current():
+                            continue
+                        raise
+                    tensors = list(named)
+                    with self._lock:
+                        self._staged = (version, tensors)
+            except SyncError as err:
+                log.warning("weights.sync_failed", error=str(err), generation=self.generation)
+                self._report_failure(str(err))
+            except grpc.RpcError as err:
+                log.warning("weights.gateway_error", error=err.details())
+                self._stop.wait(1.0)
+            finally:
+                if receiver is not None:
+                    receiver.close()
+
+    def _join(self):
+        """Join the newest generation once the trainer has opened it, then wait until every member is in."""
+        while not self._stop.is_set():
+            try:
+                group = self.gateway.join_sync_group(self.run_id, self.instance_id, has_gpu())
+                while not group.ready and not self._stop.is_set():
+                    time.sleep(0.1)
+                    latest = self.gateway.sync_group(self.run_id)
+                    if latest.generation != group.generation:
+                        break  # re-formed meanwhile: join the new one
+                    group.CopyFrom(latest)
+                    group.rank = next(m.rank for m in latest.members if m.instance_id == self.instance_id)
+                if group.ready:
+                    return group
+            except grpc.RpcError as err:
+                if err.code() not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION):
+                    raise
+                time.sleep(0.2)  # no group yet, or a closed/full one: the trainer opens the next
+        return None
+
+    def _generation_current(self) -> bool:
+        try:
+            group = self.gateway.sync_group(self.run_id)
+        except grpc.RpcError:
+            return True
+        return group.generation == self.generation and group.ready
+
+    def _report_failure(self, error: str) -> None:
+        with contextlib.suppress(grpc.RpcError):
+            self.gateway.report_sync_failure(self.run_id, self.generation, self.instance_id, error)
+        self._stop.wait(0.5)
+
+
+def _is_idle(err: Exception) -> bool:
+    return "no weight update from the trainer within" in str(err)

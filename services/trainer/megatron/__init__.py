@@ -1,0 +1,11 @@
+"""Megatron-Core training backend (tensor + pipeline parallel), registered as trainer backend "megatron".
+
+Importing this package registers the backend; megatron-core itself is imported only inside the
+worker processes it starts.
+"""
+
+from trinity.trainer.megatron.backend import MegatronBackend
+from trinity.trainer.megatron.launcher import WorkerGroupError
+from trinity.trainer.megatron.settings import MegatronSettings
+
+__all__ = ["MegatronBackend", "MegatronSettings", "WorkerGroupError"]

@@ -1,0 +1,122 @@
+"""`MegatronBackend`: the `TrainerBackend` the Trainer service sees, registered as "megatron".
+
+It lives in the trainer service process and owns no model: the TP x PP worker processes do (see
+`launcher.py`, `worker.py`, `engine.py`). Every method is one command to the workers.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from trinity.trainer.backend import register_backend
+from trinity.trainer.config import TrainerSettings
+from trinity.trainer.megatron.launcher import WorkerGroup
+from trinity.trainer.megatron.settings import MegatronSettings
+from trinity.v1 import common_pb2
+
+
+class MegatronBackend:
+    """See `TrainerBackend`. `algorithm_factory` (picklable, e.g. a module-level function) replaces the
+    preset named by `settings.algorithm`; it runs in every worker."""
+
+    def __init__(
+        self,
+        settings: TrainerSettings,
+        megatron: MegatronSettings | None = None,
+        algorithm_factory: Callable[[], Any] | None = None,
+    ) -> None:
+        if settings.lora is not None:
+            raise ValueError("the Megatron backend does not support LoRA; use backend 'torch'")
+        self.settings = settings
+        self.megatron = megatron or MegatronSettings()
+        self._version = 0
+        self._step = 0
+        self._workers = WorkerGroup(settings, self.megatron, algorithm_factory)
+
+    @property
+    def model_version(self) -> int:
+        return self._version
+
+    @property
+    def step(self) -> int:
+        return self._step
+
+    def train_step(self, experiences: Sequence[common_pb2.Experience]) -> dict[str, float]:
+        metrics: dict[str, float] = self._workers.call(
+            "train_step", [e.SerializeToString() for e in experiences]
+        )
+        if "model_version" in metrics:
+            self._version = int(metrics["model_version"])
+            self._step = int(metrics["step"])
+        interval = self.settings.save_interval
+        if interval and "model_version" in metrics and self._step % interval == 0:
+            self.save_checkpoint()
+        return metrics
+
+    def score(self, experiences: Sequence[common_pb2.Experience]) -> torch.Tensor:
+        """Policy log-probs `[rows, max_resp]` of the response tokens (rows as the trainer collates them)."""
+        result: torch.Tensor = self._workers.call("score", [e.SerializeToString() for e in experiences])
+        return result
+
+    def save_checkpoint(self, path: str | Path | None = None) -> Path:
+        root = path or self.settings.checkpoint_dir
+        if root is None:
+            raise ValueError("no checkpoint path given and settings.checkpoint_dir is not set")
+        return Path(self._workers.call("save_checkpoint", str(root), self.settings.keep_checkpoints))
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        self._version = int(self._workers.call("load_checkpoint", str(path)))
+        self._step = json.loads((_resolve(path) / "state.json").read_text())["step"]
+
+    def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Full HF-named tensors, TP shards gathered and PP stages joined, streamed one at a time."""
+        return self._workers.stream("named_weights")
+
+    def save_hf(self, out_dir: str | Path) -> Path:
+        """The policy as a Hugging Face directory (config and tokenizer files copied from the input)."""
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        config = AutoConfig.from_pretrained(self.settings.model_path)
+        state = dict(self.named_weights())
+        model = AutoModelForCausalLM.from_config(config, dtype=next(iter(state.values())).dtype)
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
+        if missing or unexpected:
+            raise RuntimeError(f"exported weights do not match the model: {missing=} {unexpected=}")
+        model.save_pretrained(out, safe_serialization=True)
+        AutoTokenizer.from_pretrained(self.settings.model_path).save_pretrained(out)
+        for extra in ("generation_config.json",):
+            if (Path(self.settings.model_path) / extra).is_file() and not (out / extra).exists():
+                shutil.copy(Path(self.settings.model_path) / extra, out / extra)
+        return out
+
+    def close(self) -> None:
+        """Stop the worker processes (also done at interpreter exit: they are daemons)."""
+        self._workers.close()
+
+    def __enter__(self) -> MegatronBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _resolve(path: str | Path) -> Path:
+    from trinity.trainer.checkpoint import resolve
+
+    return resolve(path)
+
+
+@register_backend("megatron")
+def _build(settings: TrainerSettings) -> MegatronBackend:
+    return MegatronBackend(settings)
+
+
+__all__ = ["MegatronBackend"]

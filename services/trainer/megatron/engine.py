@@ -1,0 +1,419 @@
+"""One rank's share of training: the Megatron policy, its optimizer, and the train step loop.
+
+Every rank runs the same code on the same batch (the command is broadcast by rank 0); the pipeline
+schedule decides what each rank computes. The objective is the PyTorch backend's own
+(`trinity.trainer.objectives.build_objective`), fed through `_ObjectiveHost`: the forward passes that
+objective asks for are answered from the logits the schedule hands to the last pipeline stage, so both
+backends compute the same loss terms with the same micro-batch scaling.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from trinity.trainer.algorithm import AlgorithmParts
+from trinity.trainer.batch import Sample, TokenBatch, Tokenizer, TokenSequence, collate, plan_micro_batches, to_samples
+from trinity.trainer.checkpoint import LATEST, TrainState, resolve
+from trinity.trainer.config import TrainerSettings
+from trinity.trainer.logprobs import gather_positions
+from trinity.trainer.megatron import model as mmodel
+from trinity.trainer.megatron.hf_mapping import megatron_to_hf, stage_layers
+from trinity.trainer.megatron.logprobs import vocab_parallel_logprobs
+from trinity.trainer.megatron.settings import MegatronSettings
+from trinity.trainer.objectives import build_objective
+from trinity.trainer.optim import SCHEDULES
+from trinity.v1 import common_pb2
+
+POLICY, REFERENCE = "policy", "reference"
+
+
+@dataclass
+class _Micro:
+    """One micro-batch as the schedule consumes it: its tensors and what to do with the output."""
+
+    batch: TokenBatch
+    on_logprobs: Callable[[TokenBatch, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class _ObjectiveHost:
+    """The slice of `TorchBackend` that `build_objective` uses, answered by Megatron forward passes."""
+
+    def __init__(self, engine: MegatronEngine) -> None:
+        self.algorithm = engine.algorithm
+        self.settings = engine.settings
+        self.pad_id = engine.pad_id
+        self.step = engine.state.step
+        self.policy = POLICY
+        self.reference = REFERENCE if engine.reference is not None else None
+        self.critic = None
+        self._engine = engine
+        self._current: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def token_logprobs(self, model: Any, batch: TokenBatch, *, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        # Called by the objective inside the schedule's loss function: the log-probs of this micro-batch
+        # were just computed from the last stage's logits.
+        assert self._current is not None and self._current[0].shape == batch.targets.shape
+        return self._current
+
+    def reference_pass(self) -> Callable[[TokenBatch], torch.Tensor]:
+        def run(mb: TokenBatch) -> torch.Tensor:
+            return self.token_logprobs(REFERENCE, mb)[0]
+
+        run.model = REFERENCE  # type: ignore[attr-defined]
+        return run
+
+    def forward_rows(self, rows: list[TokenSequence], fn: Callable[[TokenBatch], torch.Tensor]) -> torch.Tensor:
+        return self._engine.forward_rows(rows, getattr(fn, "model", POLICY))
+
+
+class MegatronEngine:
+    """The per-rank training state. Collective: every method must be called on all ranks in order."""
+
+    def __init__(
+        self, settings: TrainerSettings, msettings: MegatronSettings, algorithm: AlgorithmParts
+    ) -> None:
+        from megatron.core import parallel_state as ps
+        from megatron.core.distributed import finalize_model_grads
+        from trinity.trainer.models import load_tokenizer
+
+        self.settings, self.msettings, self.algorithm = settings, msettings, algorithm
+        if algorithm.needs_critic:
+            raise ValueError("the Megatron backend has no critic yet; use backend 'torch' for PPO with a value model")
+        if settings.lora is not None:
+            raise ValueError("the Megatron backend does not support LoRA; use backend 'torch'")
+        self.generator = torch.Generator().manual_seed(settings.seed)
+        self.hf_tokenizer = load_tokenizer(settings.model_path)
+        self.tokenizer = Tokenizer(self.hf_tokenizer)
+        self.pad_id = int(self.hf_tokenizer.pad_token_id)
+        self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+        self.tp, self.pp = msettings.tensor_parallel_size, msettings.pipeline_parallel_size
+        self.tp_rank, self.pp_rank = ps.get_tensor_model_parallel_rank(), ps.get_pipeline_model_parallel_rank()
+        self.is_last_stage = ps.is_pipeline_last_stage()
+        # Global rank of (TP 0, last stage): ranks are numbered TP-fastest (Megatron's order, DP = 1).
+        self.last_stage_rank = (self.pp - 1) * self.tp
+
+        self.shape = mmodel.read_shape(settings.model_path)
+        self.config = mmodel.transformer_config(self.shape, settings.dtype, self.tp, self.pp, torch.cuda.is_available())
+        policy = mmodel.build_gpt(self.shape, self.config)
+        mmodel.load_hf_weights(policy, settings.model_path, self.shape)
+        self.model = mmodel.wrap_ddp(policy, self.config)
+        self.reference: torch.nn.Module | None = None
+        if algorithm.needs_reference:
+            self.reference = mmodel.build_gpt(self.shape, self.config)
+            mmodel.load_hf_weights(self.reference, settings.model_path, self.shape)
+            self.reference.eval().requires_grad_(False)
+        self.optimizer = mmodel.build_optimizer(self.model, settings.optimizer, settings.dtype)
+        self.config.grad_scale_func = self.optimizer.scale_loss
+        # The objective already weights each micro-batch by its share of the mini-batch (see
+        # objectives.py), so the per-token division Megatron would do here is switched off.
+        self.config.finalize_model_grads_func = lambda models, num_tokens, **kw: finalize_model_grads(models, None, **kw)
+        self.schedule_factor = SCHEDULES[settings.optimizer.schedule](settings.optimizer)
+        self.updates = 0
+        self.state = TrainState()
+        self._consumed: set[str] = set()
+
+    # ----------------------------------------------------------------------------- forward passes
+    def _run_schedule(self, micros: list[_Micro], model: torch.nn.Module, forward_only: bool) -> None:
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        def forward_step(data: Iterator[_Micro], chunk: torch.nn.Module) -> tuple[torch.Tensor, Callable]:
+            micro = next(data)
+            ids = micro.batch.input_ids.to(self.device)
+            pos = torch.arange(ids.shape[1], device=self.device).unsqueeze(0).expand_as(ids)
+            # Right padding and a causal mask: real tokens never attend to the padding after them.
+            return chunk(ids, pos, None), partial(self._loss, micro)
+
+        first = micros[0].batch.input_ids
+        get_forward_backward_func()(
+            forward_step_func=forward_step,
+            data_iterator=iter(micros),
+            model=[model],
+            num_microbatches=len(micros),
+            seq_length=first.shape[1],
+            micro_batch_size=first.shape[0],
+            forward_only=forward_only,
+        )
+
+    def _loss(self, micro: _Micro, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        """Last stage: logits `[rows, seq, vocab/tp]` -> the micro-batch's scaled loss."""
+        mb = micro.batch.to(self.device)
+        logp, entropy = vocab_parallel_logprobs(
+            gather_positions(logits, mb.response_index),
+            mb.targets,
+            temperature=self.settings.logprob_temperature,
+        )
+        # The objective's other inputs (advantages, old log-probs) live on the CPU; `[rows, resp]` is small.
+        loss = micro.on_logprobs(mb, logp.cpu(), entropy.cpu())
+        return loss, torch.ones((), dtype=torch.int), {}
+
+    def forward_rows(self, rows: list[TokenSequence], which: str = POLICY) -> torch.Tensor:
+        """Log-probs `[rows, max_resp]` of `rows` under the policy or the reference (no grad), on every rank."""
+        width = max(max(len(r.response) for r in rows), 1)
+        out = torch.zeros((len(rows), width), dtype=torch.float32)
+        units = [Sample(id="", chosen=r) for r in rows]
+        plan = plan_micro_batches(units, self.settings.micro_batch_tokens)
+
+        def store(idx: list[int], mb: TokenBatch, logp: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
+            out[idx, : mb.mask.shape[1]] = logp.detach().float().cpu()
+            return logp.sum() * 0.0
+
+        micros = [
+            _Micro(collate([rows[i] for i in idx], self.pad_id), partial(store, idx)) for idx in plan
+        ]
+        model = self.model if which == POLICY else self.reference
+        assert model is not None
+        with torch.no_grad():
+            self._run_schedule(micros, model, forward_only=True)
+        dist.broadcast(out, src=self.last_stage_rank, group=_control_group())
+        return out
+
+    def score(self, experiences: Sequence[common_pb2.Experience]) -> torch.Tensor:
+        """Policy log-probs `[rows, max_resp]` of the experiences' response tokens (no update)."""
+        samples = to_samples(experiences, self.tokenizer, max_seq_len=self.settings.max_seq_len)
+        return self.forward_rows([seq for s in samples for seq in s.sequences])
+
+    # ----------------------------------------------------------------------------- the step
+    def filter_batch(self, experiences: Sequence[common_pb2.Experience]) -> tuple[list[common_pb2.Experience], dict[str, float]]:
+        """Drop failed, duplicate and too-stale experiences, counting each (as the PyTorch backend)."""
+        keep, failed, dup, stale = [], 0, 0, 0
+        max_stale = self.settings.max_staleness
+        for e in experiences:
+            if e.failed:
+                failed += 1
+            elif e.id and e.id in self._consumed:
+                dup += 1
+            elif max_stale is not None and self.state.step - e.model_version > max_stale:
+                stale += 1
+            else:
+                keep.append(e)
+        return keep, {"dropped/failed": float(failed), "dropped/duplicate": float(dup), "dropped/stale": float(stale)}
+
+    def train_step(self, experiences: Sequence[common_pb2.Experience]) -> dict[str, float]:
+        start = time.perf_counter()
+        kept, metrics = self.filter_batch(experiences)
+        if not kept:
+            return {**metrics, "skipped": 1.0, "step": float(self.state.step)}
+        samples = to_samples(kept, self.tokenizer, max_seq_len=self.settings.max_seq_len)
+        staleness = [self.state.step - s.model_version for s in samples]
+        metrics.update({"staleness/mean": sum(staleness) / len(staleness), "staleness/max": float(max(staleness))})
+        host = _ObjectiveHost(self)
+        objective, prep = build_objective(host, samples)  # type: ignore[arg-type]
+        metrics.update(prep)
+        metrics.update(self._optimize(samples, objective, host))
+        self.state.step += 1
+        self.state.model_version += 1
+        new_ids = [s.id for s in samples if s.id]
+        self.state.consumed_ids.extend(new_ids)
+        self._consumed.update(new_ids)
+        seconds = time.perf_counter() - start
+        tokens = sum(seq.length for s in samples for seq in s.sequences) * self.settings.ppo_epochs
+        metrics.update(
+            {
+                "step": float(self.state.step),
+                "model_version": float(self.state.model_version),
+                "samples": float(len(samples)),
+                "tokens": float(tokens),
+                "tokens_per_s": tokens / seconds,
+                "step_seconds": seconds,
+            }
+        )
+        return metrics
+
+    def _mini_batches(self, n: int) -> list[list[int]]:
+        size = self.settings.mini_batch_size or n
+        if size >= n:
+            return [list(range(n))]
+        order = torch.randperm(n, generator=self.generator).tolist()
+        return [order[i : i + size] for i in range(0, n, size)]
+
+    def _optimize(self, samples: list[Sample], objective: Callable, host: _ObjectiveHost) -> dict[str, float]:
+        sums: dict[str, float] = {}
+        weights: dict[str, float] = {}
+        norms: list[float] = []
+        lr = self.settings.optimizer.lr * self.schedule_factor(self.updates)
+        self.model.train()
+        for _ in range(self.settings.ppo_epochs):
+            for mini in self._mini_batches(len(samples)):
+                self.model.zero_grad_buffer()
+                self.optimizer.zero_grad()
+                micros = self._train_micros(samples, mini, objective, host, sums, weights)
+                self._run_schedule(micros, self.model, forward_only=False)
+                for group in self.optimizer.param_groups:
+                    group["lr"] = self.settings.optimizer.lr * self.schedule_factor(self.updates)
+                _, grad_norm, _ = self.optimizer.step()
+                norms.append(float(grad_norm) if grad_norm is not None else 0.0)
+                self.updates += 1
+        out = {k: sums[k] / weights[k] for k in sums if weights[k] > 0}
+        out = _from_last_stage(out, self.last_stage_rank)
+        out.update({"grad_norm": sum(norms) / len(norms), "lr": lr, "updates": float(len(norms))})
+        return out
+
+    def _train_micros(
+        self,
+        samples: list[Sample],
+        mini: list[int],
+        objective: Callable,
+        host: _ObjectiveHost,
+        sums: dict[str, float],
+        weights: dict[str, float],
+    ) -> list[_Micro]:
+        """The mini-batch's micro-batches (same plan as the PyTorch backend) with their loss callbacks."""
+        rows: list[TokenSequence] = []
+        sub = [samples[i] for i in mini]
+        micros = []
+        for local in plan_micro_batches(sub, self.settings.micro_batch_tokens):
+            micro = [mini[j] for j in local]
+            rows = [seq for i in micro for seq in samples[i].sequences]
+
+            def loss_of(micro: list[int], mb: TokenBatch, logp: torch.Tensor, ent: torch.Tensor) -> torch.Tensor:
+                host._current = (logp, ent)
+                loss, m, w = objective(micro, mini)
+                host._current = None
+                for k, v in m.items():
+                    sums[k] = sums.get(k, 0.0) + v * w
+                    weights[k] = weights.get(k, 0.0) + w
+                return loss
+
+            micros.append(_Micro(collate(rows, self.pad_id), partial(loss_of, micro)))
+        return micros
+
+    # ----------------------------------------------------------------------------- weights
+    def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Full HF-named tensors, yielded on global rank 0 only (other ranks yield nothing).
+
+        Each stage all-gathers its TP shards; stage 0 converts its own, later stages' TP rank 0 convert
+        theirs and send them to rank 0, one parameter at a time (peak extra memory: one full tensor).
+        """
+        from megatron.core import parallel_state as ps
+
+        tp_group = ps.get_tensor_model_parallel_group()
+        assert dist.get_rank() == self.pp_rank * self.tp + self.tp_rank, "unexpected rank order"
+        offset = stage_layers(self.shape, self.pp, self.pp_rank)[0]
+        rank = dist.get_rank()
+        control = _control_group()
+        for stage in range(self.pp):
+            if stage == self.pp_rank:
+                for name, param in self.model.module.named_parameters():
+                    shards = [param.detach()]
+                    if getattr(param, "tensor_model_parallel", False) and self.tp > 1:
+                        shards = [torch.empty_like(param) for _ in range(self.tp)]
+                        dist.all_gather(shards, param.detach().contiguous(), group=tp_group)
+                    if self.tp_rank != 0:
+                        continue
+                    converted = [(n, t.cpu().clone()) for n, t in megatron_to_hf(name, shards, self.shape, offset)]
+                    if rank == 0:
+                        yield from converted
+                    elif converted:
+                        dist.send_object_list([converted], dst=0, group=control)
+                if rank != 0 and self.tp_rank == 0:
+                    dist.send_object_list([None], dst=0, group=control)
+            elif rank == 0:
+                src = stage * self.tp
+                while True:
+                    box: list[Any] = [None]
+                    dist.recv_object_list(box, src=src, group=control)
+                    if box[0] is None:
+                        break
+                    yield from box[0]
+
+    # ----------------------------------------------------------------------------- checkpoints
+    def save_checkpoint(self, root: str | Path, keep: int | None) -> Path:
+        """Megatron's legacy layout: `step_<n>/mp_rank_<tp>_<pp>/model_optim_rng.pt` per rank, plus
+        `state.json` and `trainer.pt` (schedule position, mini-batch generator) from rank 0."""
+        root = Path(root)
+        final = root / f"step_{self.state.step}"
+        tmp = root / f".step_{self.state.step}.tmp"
+        rank = dist.get_rank()
+        if rank == 0:
+            root.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+        dist.barrier(group=_control_group())
+        shard = tmp / f"mp_rank_{self.tp_rank:02d}_{self.pp_rank:03d}"
+        shard.mkdir(exist_ok=True)
+        torch.save(
+            {"model": self.model.module.state_dict(), "optimizer": self.optimizer.state_dict(), "rng": _rng_state()},
+            shard / "model_optim_rng.pt",
+        )
+        if rank == 0:
+            torch.save({"generator": self.generator.get_state(), "updates": self.updates}, tmp / "trainer.pt")
+            (tmp / "state.json").write_text(json.dumps(asdict(self.state)))
+        dist.barrier(group=_control_group())
+        if rank == 0:
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+            (root / f".{LATEST}.tmp").write_text(final.name)
+            os.replace(root / f".{LATEST}.tmp", root / LATEST)
+            if keep:
+                steps = sorted((p for p in root.glob("step_*") if p.is_dir()), key=lambda p: int(p.name.split("_")[1]))
+                for old in steps[:-keep]:
+                    shutil.rmtree(old, ignore_errors=True)
+        dist.barrier(group=_control_group())
+        return final
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        ckpt = resolve(path)
+        shard = ckpt / f"mp_rank_{self.tp_rank:02d}_{self.pp_rank:03d}" / "model_optim_rng.pt"
+        if not shard.is_file():
+            raise FileNotFoundError(f"{shard} missing: was the checkpoint written with the same TP x PP?")
+        blob = torch.load(shard, weights_only=False, map_location="cpu")
+        self.model.module.load_state_dict(blob["model"], strict=True)
+        self.optimizer.load_state_dict(blob["optimizer"])
+        _set_rng_state(blob["rng"])
+        trainer = torch.load(ckpt / "trainer.pt", weights_only=False)
+        self.generator.set_state(trainer["generator"])
+        self.updates = int(trainer["updates"])
+        self.state = TrainState(**json.loads((ckpt / "state.json").read_text()))
+        self._consumed = set(self.state.consumed_ids)
+
+
+def _rng_state() -> dict[str, Any]:
+    from megatron.core import tensor_parallel
+
+    return {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "tracker": tensor_parallel.get_cuda_rng_tracker().get_states(),
+    }
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    from megatron.core import tensor_parallel
+
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    tensor_parallel.get_cuda_rng_tracker().set_states(state["tracker"])
+
+
+_CONTROL: dict[str, Any] = {}
+
+
+def set_control_group(group: Any) -> None:
+    """The gloo group for Python objects (commands, metrics, exported tensors), set once by the worker."""
+    _CONTROL["group"] = group
+
+
+def _control_group() -> Any:
+    return _CONTROL.get("group")
+
+
+def _from_last_stage(values: dict[str, float], last_rank: int) -> dict[str, float]:
+    """The last stage's metrics, on every rank of this pipeline."""
+    box = [values]
+    dist.broadcast_object_list(box, src=last_rank, group=_control_group())
+    return dict(box[0])

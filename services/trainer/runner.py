@@ -1,0 +1,248 @@
+"""The trainer's part of a run: read experiences, train, commit, acknowledge, publish weights.
+
+Commit before acknowledge: with checkpoints enabled (`save_interval`), a batch's entries are
+acknowledged only after a checkpoint that contains its update is on disk, so a crash in between
+redelivers them and the checkpoint's consumed ids decide whether they were already trained.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+from trinity.clients import BufferClient, GatewayClient
+from trinity.config import RunConfig, naming
+from trinity.models import resolve_model_path
+from trinity.runtime.logging import get_logger
+from trinity.trainer.backend import TrainerBackend, build_backend
+from trinity.trainer.config import LoraSettings, OptimizerSettings, TrainerSettings
+from trinity.trainer.weight_publisher import WeightPublisher
+from trinity.v1 import common_pb2, gateway_pb2
+
+log = get_logger(__name__)
+
+
+def run_dir(config: RunConfig, run_id: str) -> Path:
+    root = config.checkpoint_dir or os.environ.get("TRINITY_RUNS_DIR") or str(Path.home() / ".cache/trinity/runs")
+    return Path(root) / run_id
+
+
+def trainer_settings(config: RunConfig, model_path: str, checkpoint_dir: Path) -> TrainerSettings:
+    """The shared run config, seen from the training backend."""
+    alg, tr = config.algorithm, config.trainer
+    overrides = {
+        part: dict(values)
+        for part, values in (
+            ("advantage", alg.advantage),
+            ("policy_loss", alg.policy_loss),
+            ("entropy", alg.entropy),
+            ("value_loss", alg.value_loss),
+        )
+        if values
+    }
+    opt = tr.optimizer
+    return TrainerSettings(
+        backend=tr.backend,
+        model_path=model_path,
+        dtype=config.model.dtype,
+        algorithm=alg.algorithm_type,
+        algorithm_overrides=overrides,
+        kl_coef=alg.kl_coef,
+        entropy_coef=alg.entropy_coef,
+        lora=LoraSettings(rank=tr.lora_rank, alpha=2.0 * tr.lora_rank) if tr.lora_rank else None,
+        optimizer=OptimizerSettings(
+            lr=opt.lr,
+            weight_decay=opt.weight_decay,
+            schedule=opt.schedule,
+            warmup_steps=opt.warmup_steps,
+            total_steps=max(config.buffer.total_steps, opt.warmup_steps + 1),
+            min_lr_ratio=opt.min_lr_ratio,
+            max_grad_norm=opt.max_grad_norm,
+        ),
+        micro_batch_tokens=tr.micro_batch_tokens,
+        mini_batch_size=tr.mini_batch_size,
+        ppo_epochs=tr.ppo_epochs,
+        logprob_temperature=config.explorer.temperature or 1.0,
+        max_staleness=config.synchronizer.max_staleness,
+        max_seq_len=config.model.max_prompt_tokens + config.model.max_response_tokens,
+        gradient_checkpointing=tr.gradient_checkpointing,
+        checkpoint_dir=str(checkpoint_dir),
+        save_interval=tr.save_interval,
+        seed=config.seed,
+    )
+
+
+class TrainerRunner:
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        stage: int,
+        config: RunConfig,
+        instance_id: str,
+        buffer_address: str,
+        gateway_address: str,
+        advertise_host: str,
+    ) -> None:
+        self.run_id = run_id
+        self.stage = stage
+        self.config = config
+        self.instance_id = instance_id
+        self.buffer = BufferClient(buffer_address, timeout=120)
+        self.gateway = GatewayClient(gateway_address, timeout=30)
+        self.advertise_host = advertise_host
+        self.backend: TrainerBackend | None = None
+        self.publisher: WeightPublisher | None = None
+        self.state = "starting"
+        self._stop = threading.Event()
+        self._drain = threading.Event()
+        self._unacked: list[str] = []
+        self._thread = threading.Thread(target=self._main, name=f"trainer-{run_id}", daemon=True)
+        self.stage_dir = run_dir(config, run_id) / f"stage{stage}"
+        self.stream = naming.experience_stream(run_id, stage, config.buffer.experience_stream.name)
+
+    # ---- control ---------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, reason: str = "") -> None:
+        """`input exhausted` drains what is already in the stream; anything else stops after this step."""
+        log.info("trainer.stopping", run_id=self.run_id, reason=reason)
+        if reason == "input exhausted":
+            self._drain.set()
+        else:
+            self._stop.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    @property
+    def step(self) -> int:
+        return self.backend.step if self.backend is not None else 0  # type: ignore[attr-defined]
+
+    @property
+    def model_version(self) -> int:
+        return self.backend.model_version if self.backend is not None else 0
+
+    # ---- the loop ---------------------------------------------------------------------------------------
+
+    def _main(self) -> None:
+        try:
+            final = self._run()
+            self.state = "finished"
+            self._report("finished", message=str(final))
+        except Exception as err:
+            log.exception("trainer.failed", run_id=self.run_id)
+            self.state = "failed"
+            self._report("error", message=f"{type(err).__name__}: {err}")
+        finally:
+            if self.publisher is not None:
+                self.publisher.close()
+            self.buffer.close()
+
+    def _run(self) -> Path:
+        cfg = self.config
+        threads = cfg.trainer.threads or int(os.environ.get("TRINITY_TRAINER_THREADS", "0"))
+        if threads:
+            import torch
+
+            torch.set_num_threads(threads)
+        settings = trainer_settings(cfg, resolve_model_path(cfg.model.path), self.stage_dir / "checkpoints")
+        self.backend = build_backend(settings)
+        self._resume()
+        self.state = "running"
+        if cfg.mode == "both":
+            self.publisher = WeightPublisher(
+                self.gateway,
+                run_id=self.run_id,
+                instance_id=self.instance_id,
+                explorers=cfg.explorer.num_workers,
+                config=cfg.synchronizer,
+                host=self.advertise_host,
+                checkpoint_dir=str(self.stage_dir / "weights"),
+            )
+            self.publisher.open()
+        total = cfg.buffer.total_steps
+        while self.step < total and not self._stop.is_set():
+            batch = self._read_batch()
+            if batch is None:
+                break
+            entry_ids, experiences, dropped_stale = batch
+            started = time.perf_counter()
+            metrics = self.backend.train_step(experiences)
+            metrics["seconds"] = time.perf_counter() - started
+            metrics["dropped_stale"] = float(dropped_stale)
+            self._commit(entry_ids)
+            if self.publisher is not None and self.step % cfg.synchronizer.sync_interval == 0:
+                metrics.update(self.publisher.publish(self.model_version, self.backend.named_weights))
+            self._report("train", step=self.step, metrics=metrics)
+        self._commit([], checkpoint=True)  # the final state is a checkpoint too: resume continues from it
+        final = self.backend.save_hf(self.stage_dir / "final")
+        return final
+
+    def _resume(self) -> None:
+        from trinity.trainer import checkpoint as ckpt
+
+        root = self.stage_dir / "checkpoints"
+        try:
+            path = ckpt.resolve(root)
+        except FileNotFoundError:
+            return
+        self.backend.load_checkpoint(path)  # type: ignore[union-attr]
+        self._report("log", message=f"resumed from {path} at step {self.step}")
+
+    def _read_batch(self) -> tuple[list[str], list[common_pb2.Experience], int] | None:
+        """Exactly one train batch, or what is left when draining; None when there is nothing more."""
+        cfg = self.config
+        want = cfg.train_batch_size
+        staleness = cfg.synchronizer.max_staleness
+        min_version = max(0, self.model_version - staleness) if staleness is not None else 0
+        entry_ids: list[str] = []
+        experiences: list[common_pb2.Experience] = []
+        dropped = 0
+        while len(experiences) < want and not self._stop.is_set():
+            got = self.buffer.read(
+                self.stream, self.instance_id, want - len(experiences), block_ms=1000, min_model_version=min_version
+            )
+            dropped += got.dropped_stale
+            entry_ids += got.entry_ids
+            experiences += got.experiences
+            if not got.experiences and self._drain.is_set():
+                break
+        if self._stop.is_set() or not experiences:
+            return None
+        return entry_ids, experiences, dropped
+
+    def _commit(self, entry_ids: list[str], *, checkpoint: bool = False) -> None:
+        """Acknowledge once the update that used the entries is durable (a checkpoint) or, without
+        checkpoints, once it is applied."""
+        self._unacked += entry_ids
+        interval = self.config.trainer.save_interval
+        if checkpoint or (interval and self.step % interval == 0):
+            self.backend.save_checkpoint()  # type: ignore[union-attr]
+        elif interval:
+            return  # acknowledged with the next checkpoint
+        if self._unacked:
+            self.buffer.ack(self.stream, self._unacked)
+            self._unacked = []
+
+    def _report(self, kind: str, *, step: int | None = None, message: str = "", metrics: dict | None = None) -> None:
+        event = gateway_pb2.RunEvent(
+            run_id=self.run_id,
+            kind=kind,
+            source=f"trainer/{self.instance_id}",
+            step=self.step if step is None else step,
+            model_version=self.model_version,
+            metrics=metrics or {},
+            message=message,
+            stage=self.stage,
+        )
+        try:
+            reply = self.gateway.report(event)
+            if not reply.run_active and kind not in ("finished", "error"):
+                self._stop.set()
+        except Exception as err:
+            log.warning("trainer.report_failed", kind=kind, error=str(err))

@@ -1,0 +1,132 @@
+"""The trainer's side of weight sync: reserve the rendezvous, open the group at the Gateway, publish.
+
+A failed update (a member died mid-broadcast) closes the generation; the publisher re-forms the group
+with whoever joins next and publishes the same version again, so a waiting explorer is never stranded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+
+import torch
+
+from trinity.clients.gateway import GatewayClient, sync_spec
+from trinity.config import SynchronizerConfig
+from trinity.runtime.agent import has_gpu
+from trinity.runtime.logging import get_logger
+from trinity.v1 import gateway_pb2
+
+log = get_logger(__name__)
+
+NamedTensors = Callable[[], Iterable[tuple[str, torch.Tensor]]]
+
+
+class WeightPublisher:
+    def __init__(
+        self,
+        gateway: GatewayClient,
+        *,
+        run_id: str,
+        instance_id: str,
+        explorers: int,
+        config: SynchronizerConfig,
+        host: str,
+        checkpoint_dir: str,
+        max_attempts: int = 3,
+    ) -> None:
+        self.gateway = gateway
+        self.run_id = run_id
+        self.instance_id = instance_id
+        self.explorers = explorers
+        self.config = config
+        self.host = host
+        self.checkpoint_dir = checkpoint_dir
+        self.max_attempts = max_attempts
+        self.method = config.method
+        self._rendezvous = None
+        self._sender = None
+        self.generation = 0
+
+    def open(self) -> None:
+        """Open a new generation and wait until every explorer worker has joined it."""
+        from trinity.sync import SyncGroupSpec, open_sender, reserve_rendezvous
+
+        collective = self.method != "checkpoint"
+        if collective and self._rendezvous is None:
+            placeholder = SyncGroupSpec.for_members(
+                self.run_id.replace("/", "_")[:120],
+                0,
+                [f"explorer-{i}" for i in range(self.explorers)],
+                host=self.host,
+                port=0,
+                timeout_s=self.config.timeout_seconds,
+            )
+            self._rendezvous = reserve_rendezvous(placeholder)
+        group = self.gateway.open_sync_group(
+            gateway_pb2.OpenSyncGroupRequest(
+                run_id=self.run_id,
+                instance_id=self.instance_id,
+                host=self.host,
+                port=self._rendezvous.port if self._rendezvous is not None else 0,
+                has_gpu=has_gpu(),
+                backend=self.method,
+                explorer_workers=self.explorers,
+                checkpoint_dir=self.checkpoint_dir,
+                timeout_seconds=self.config.timeout_seconds,
+                bucket_mb=self.config.bucket_mb,
+            )
+        )
+        deadline = time.monotonic() + self.config.timeout_seconds
+        while not group.ready:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"only {len(group.members) - 1} of {self.explorers} explorer worker(s) joined the sync group "
+                    f"within {self.config.timeout_seconds:.0f}s"
+                )
+            time.sleep(0.1)
+            group = self.gateway.sync_group(self.run_id)
+        spec = sync_spec(group)
+        self.generation = group.generation
+        options = {"rendezvous": self._rendezvous} if spec.is_collective else {}
+        self._sender = open_sender(spec, **options)
+        self._sender.init()
+        log.info("weights.group_ready", generation=group.generation, backend=spec.backend)
+
+    def publish(self, version: int, named_tensors: NamedTensors) -> dict[str, float]:
+        """Push `version` to every explorer; re-form the group and retry when a member fails."""
+        from trinity.sync import SyncError
+
+        for attempt in range(1, self.max_attempts + 1):
+            if self._sender is None:
+                self.open()
+            started = time.perf_counter()
+            try:
+                self.gateway.announce_weights(self.run_id, self.generation, version)
+                report = self._sender.publish(version, named_tensors())  # type: ignore[union-attr]
+            except SyncError as err:
+                log.warning("weights.publish_failed", version=version, attempt=attempt, error=str(err))
+                self.gateway.report_sync_failure(self.run_id, self.generation, self.instance_id, str(err))
+                self._close_sender()
+                if attempt == self.max_attempts:
+                    raise
+                continue
+            if not report.accepted_by_all:
+                raise SyncError(f"version {version} refused: {report.refused}")
+            return {
+                "sync_seconds": time.perf_counter() - started,
+                "sync_bytes": float(report.bytes),
+                "sync_generation": float(self.generation),
+                "sync_attempts": float(attempt),
+            }
+        raise AssertionError("unreachable")
+
+    def _close_sender(self) -> None:
+        if self._sender is not None:
+            self._sender.close()
+            self._sender = None
+
+    def close(self) -> None:
+        self._close_sender()
+        if self._rendezvous is not None:
+            self._rendezvous = None

