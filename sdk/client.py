@@ -18,7 +18,7 @@ from trinity.sdk.metrics import RunMetrics
 from trinity.v1 import gateway_pb2, gateway_pb2_grpc
 
 TERMINAL = {gateway_pb2.RUN_STATE_SUCCEEDED, gateway_pb2.RUN_STATE_FAILED, gateway_pb2.RUN_STATE_CANCELLED}
-DEFAULT_GATEWAY = "127.0.0.1:7070"
+DEFAULT_GATEWAY = "127.0.0.1:50051"
 
 
 def config_text(config: str | Path | dict[str, Any]) -> str:

@@ -61,7 +61,7 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _register_with_gateway(service: str, settings, port: int):  # noqa: ANN001, ANN202
+def _register_with_gateway(service: str, settings, port: int):
     """Explorer, trainer and buffer announce themselves to the gateway when one is configured."""
     if service == "gateway" or not settings.gateway:
         return None
@@ -89,8 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--redis-url", default=None, help="Redis URL (default TRINITY_REDIS_URL, else embedded)")
     serve.add_argument("--instance-id", default=None, help="stable instance name (default random)")
     serve.set_defaults(handler=_serve)
+
+    from trinity.commands import add_commands
     from trinity.stack import add_stack_commands  # the docker-compose stack (deploy/README.md)
 
+    add_commands(commands)
     add_stack_commands(commands)
     return parser
 

@@ -21,6 +21,7 @@ from trinity.explorer.weight_feed import WeightFeed
 from trinity.explorer.workflows import create_workflow
 from trinity.explorer.workflows.base import RolloutSettings, Workflow
 from trinity.models import resolve_model_path
+from trinity.models.digest import weights_digest
 from trinity.runtime.logging import get_logger
 from trinity.v1 import buffer_pb2, common_pb2, gateway_pb2
 
@@ -206,7 +207,11 @@ class ExplorerRunner:
                 self._report(
                     "weights",
                     message=f"serving version {version}",
-                    metrics={"load_seconds": time.perf_counter() - started},
+                    metrics={
+                        "load_seconds": time.perf_counter() - started,
+                        "weights_digest": float(weights_digest(tensors)),
+                        "version": float(version),
+                    },
                 )
                 return
             if time.monotonic() >= deadline:

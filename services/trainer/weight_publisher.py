@@ -13,6 +13,7 @@ import torch
 
 from trinity.clients.gateway import GatewayClient, sync_spec
 from trinity.config import SynchronizerConfig
+from trinity.models.digest import weights_digest
 from trinity.runtime.agent import has_gpu
 from trinity.runtime.logging import get_logger
 from trinity.v1 import gateway_pb2
@@ -114,6 +115,7 @@ class WeightPublisher:
             if not report.accepted_by_all:
                 raise SyncError(f"version {version} refused: {report.refused}")
             return {
+                "weights_digest": float(weights_digest(named_tensors())),
                 "sync_seconds": time.perf_counter() - started,
                 "sync_bytes": float(report.bytes),
                 "sync_generation": float(self.generation),

@@ -57,6 +57,13 @@ def test_redis_keeps_an_append_only_file_on_a_named_volume():
     assert "redis-data:/data" in redis["volumes"]
 
 
+def test_gateway_and_buffer_keep_their_state_in_the_shared_redis():
+    services = load_compose(FILES["base"], {})["services"]
+    for name in ("gateway", "buffer"):
+        assert services[name]["environment"]["TRINITY_REDIS_URL"] == "redis://redis:6379/0"
+        assert services[name]["depends_on"]["redis"] == {"condition": "service_healthy"}
+
+
 def test_every_trinity_service_shares_the_data_volume_and_uses_environment_config():
     services = load_compose(FILES["base"], {})["services"]
     for name in ("gateway", "buffer", "explorer", "trainer"):

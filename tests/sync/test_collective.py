@@ -139,7 +139,9 @@ def test_receiver_killed_mid_update_fails_the_sender_within_the_timeout_then_a_n
 
 
 def test_versions_only_increase_on_the_sender() -> None:
-    rendezvous = reserve_rendezvous(SyncGroupSpec.for_members(f"t{uuid.uuid4().hex[:8]}", 0, [], timeout_s=3))  # world size 1
+    rendezvous = reserve_rendezvous(
+        SyncGroupSpec.for_members(f"t{uuid.uuid4().hex[:8]}", 0, [], timeout_s=3)
+    )  # world size 1
     sender = WeightSender(rendezvous.spec, rendezvous=rendezvous)
     sender.init()
     sender.publish(5, _weights(5).items())

@@ -37,7 +37,7 @@ def _die_at_second_bucket(chunk: int, bucket: int, data: torch.Tensor) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-HOOKS = {"corrupt_first": _flip_first_byte, "die": _die_at_second_bucket}
+HOOKS = {"corrupt": _flip_first_byte, "die": _die_at_second_bucket}
 
 
 def receiver_main(spec_json: str, rank: int, plan: list[str], results: Queue, control: Queue | None) -> None:
@@ -51,7 +51,7 @@ def receiver_main(spec_json: str, rank: int, plan: list[str], results: Queue, co
     try:
         for step in plan:
             if receiver is None:
-                hook = HOOKS.get({"corrupt": "corrupt_first", "die": "die"}.get(step, ""), None)
+                hook = HOOKS.get(step)
                 receiver = WeightReceiver(spec, rank, bucket_hook=hook)
                 receiver.init()
             try:
@@ -62,7 +62,7 @@ def receiver_main(spec_json: str, rank: int, plan: list[str], results: Queue, co
                 results.put((rank, step, "ok", version, pack(named), sums))
             except ChecksumMismatch as err:
                 results.put((rank, step, "checksum_mismatch", None, b"", {"error": str(err)}))
-                receiver = _keep(receiver, spec, rank)  # the group survives a refused version
+                receiver._bucket_hook = None  # the group survives a refused version; corrupt only the first
             except SyncError as err:
                 elapsed = time.monotonic() - started
                 results.put((rank, step, "sync_error", None, b"", {"error": str(err), "seconds": elapsed}))
@@ -76,11 +76,6 @@ def receiver_main(spec_json: str, rank: int, plan: list[str], results: Queue, co
     finally:
         if receiver is not None:
             receiver.close()
-
-
-def _keep(receiver: WeightReceiver, spec: SyncGroupSpec, rank: int) -> WeightReceiver:
-    receiver._bucket_hook = None  # corrupt only the first version; later ones must be accepted
-    return receiver
 
 
 def results_by_rank(results: Queue, count: int, timeout: float = 60) -> dict[int, list[tuple[Any, ...]]]:

@@ -57,7 +57,7 @@ class WeightSender(SyncSender):
         self._checksums: list[list[int]] = []
         self._report: SyncReport | None = None
         self._started_at = 0.0
-        self._staging: torch.Tensor | None = None
+        self._staging: tuple[torch.Tensor, torch.Tensor] | None = None
         self._seq = 0
 
     def init(self) -> None:
@@ -95,20 +95,30 @@ class WeightSender(SyncSender):
         layout = ChunkLayout.plan(named, self.spec.bucket_bytes)
         self.transport.send_message(layout.to_message())
         sources = [tensor_bytes(t) for _, t in named]
-        staging = self._staging_buffer(min(layout.bucket_bytes, layout.total_bytes))
-        sums = []
+        staging = self._staging_buffers(min(layout.bucket_bytes, layout.total_bytes))
+        sums, in_flight = [], None
+        # Two staging buffers: bucket k is flattened and hashed while bucket k-1 is on the wire.
         for index in range(layout.bucket_count):
-            bucket = layout.fill_bucket(index, sources, staging)
+            bucket = layout.fill_bucket(index, sources, staging[index % 2])
             sums.append(checksum_bytes(self.spec.checksum, bucket))
-            self.transport.broadcast(bucket, f"bucket {index}")
+            handle = self.transport.broadcast_async(bucket, f"bucket {index}")
+            if in_flight is not None:
+                self.transport.wait(in_flight)
+            in_flight = handle
+        if in_flight is not None:
+            self.transport.wait(in_flight)
         self._checksums.append(sums)
         report.tensors += len(named)
         report.bytes += layout.total_bytes
         report.buckets += layout.bucket_count
 
-    def _staging_buffer(self, size: int) -> torch.Tensor:
-        if self._staging is None or self._staging.numel() < size:
-            self._staging = torch.empty(size, dtype=torch.uint8, device=self.transport.device)
+    def _staging_buffers(self, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._staging is None or self._staging[0].numel() < size:
+            device = self.transport.device
+            self._staging = (
+                torch.empty(size, dtype=torch.uint8, device=device),
+                torch.empty(size, dtype=torch.uint8, device=device),
+            )
         return self._staging
 
     def finish(self, version: int) -> SyncReport:
@@ -157,13 +167,19 @@ class WeightReceiver(SyncReceiver):
         *,
         device: torch.device | str | None = None,
         bucket_hook: BucketHook | None = None,
+        reuse_buffers: bool = False,
     ) -> None:
+        """`reuse_buffers=True` receives each version into the previous version's buffers (no allocation, no
+        page faults): tensors from one `receive()` are then valid only until the next. Right for engines
+        that copy weights on load (vLLM `load_weights` does), wrong for callers that keep the tensors."""
         if rank == 0:
             raise ValueError("rank 0 is the trainer; explorer workers are ranks 1..N")
         self.spec, self.rank = spec, rank
         self.transport = GroupTransport(spec, rank, device)
         self.version: int | None = None
         self._bucket_hook = bucket_hook  # test hook: alter received bytes to prove corruption is caught
+        self._reuse = reuse_buffers
+        self._buffers: list[torch.Tensor] = []
         self._seq = 0
 
     def init(self) -> None:
@@ -185,12 +201,21 @@ class WeightReceiver(SyncReceiver):
             if message["kind"] != CHUNK:
                 return self._protocol_error(f"unexpected message {message['kind']}")
             layout = ChunkLayout.from_message(message)
-            stream = torch.empty(layout.total_bytes, dtype=torch.uint8, device=self.transport.device)
-            sums = []
+            stream = self._stream_buffer(len(chunks), layout.total_bytes)
+            sums: list[int] = []
+            # Bucket k+1 is already being received while bucket k is hashed.
+            handles = [
+                self.transport.broadcast_async(stream[slice(*layout.bucket_range(i))], f"bucket {i}")
+                for i in range(min(2, layout.bucket_count))
+            ]
             for index in range(layout.bucket_count):
-                lo, hi = layout.bucket_range(index)
-                bucket = stream[lo:hi]
-                self.transport.broadcast(bucket, f"bucket {index}")
+                self.transport.wait(handles[index])
+                if index + 2 <= layout.bucket_count - 1:
+                    nxt = index + 2
+                    handles.append(
+                        self.transport.broadcast_async(stream[slice(*layout.bucket_range(nxt))], f"bucket {nxt}")
+                    )
+                bucket = stream[slice(*layout.bucket_range(index))]
                 if self._bucket_hook is not None:
                     self._bucket_hook(len(chunks), index, bucket)
                 sums.append(checksum_bytes(self.spec.checksum, bucket))
@@ -225,6 +250,15 @@ class WeightReceiver(SyncReceiver):
         )
         return version, iter(named)
 
+    def _stream_buffer(self, chunk: int, size: int) -> torch.Tensor:
+        if not self._reuse:
+            return torch.empty(size, dtype=torch.uint8, device=self.transport.device)
+        if chunk < len(self._buffers) and self._buffers[chunk].numel() >= size:
+            return self._buffers[chunk][:size]
+        buffer = torch.empty(size, dtype=torch.uint8, device=self.transport.device)
+        self._buffers[chunk : chunk + 1] = [buffer]
+        return buffer
+
     def _wait_for_doorbell(self, idle_timeout_s: float | None) -> None:
         self._seq += 1
         wait_s = self.spec.timeout_s if idle_timeout_s is None else idle_timeout_s
@@ -240,6 +274,7 @@ class WeightReceiver(SyncReceiver):
 
     def close(self) -> None:
         self.transport.close()
+        self._buffers = []
 
 
 def _first_mismatch(received: list[list[int]], sent: list[list[int]]) -> str:

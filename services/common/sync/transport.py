@@ -108,16 +108,22 @@ class GroupTransport:
 
     def broadcast(self, tensor: torch.Tensor, what: str = "broadcast") -> None:
         """In place on every rank: rank 0's `tensor` is sent, the others' is overwritten."""
+        self.wait(self.broadcast_async(tensor, what))
+
+    def broadcast_async(self, tensor: torch.Tensor, what: str = "broadcast") -> tuple[Any, str]:
+        """Start a broadcast; `wait()` on the handle before touching `tensor` again."""
         self._check()
         options = dist.BroadcastOptions()
         options.rootRank, options.rootTensor = 0, 0
         options.timeout = self.spec.timeout
         try:
-            work = self._group.broadcast([tensor], options)
+            return self._group.broadcast([tensor], options), what
         except Exception as err:
             self.broken = f"{what}: {err}"
             raise SyncError(f"{what} failed on rank {self.rank}: {err}") from err
-        self._wait(work, what)
+
+    def wait(self, handle: tuple[Any, str]) -> None:
+        self._wait(*handle)
 
     def send_message(self, message: dict[str, Any]) -> None:
         payload = encode_message(message, self.device)

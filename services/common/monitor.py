@@ -1,0 +1,163 @@
+"""What `trinity run` shows and keeps: a progress bar, TensorBoard (or MLflow / W&B offline) logs,
+`summary.json` and a reward-curve PNG, all from the run's event stream."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from trinity.config import MonitorConfig
+from trinity.sdk.metrics import RunMetrics
+from trinity.v1 import gateway_pb2
+
+
+class RunMonitor:
+    def __init__(self, output: Path, config: MonitorConfig, total_steps: int, *, show_progress: bool = True) -> None:
+        self.output = output
+        self.metrics = RunMetrics()
+        self.started = time.time()
+        self.total_steps = total_steps
+        self._writers: list[Any] = []
+        output.mkdir(parents=True, exist_ok=True)
+        if config.tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writers.append(_TensorBoard(SummaryWriter(str(output / "tensorboard"))))
+        if config.mlflow:
+            self._writers.append(_MLflow(output))
+        if config.wandb:
+            self._writers.append(_Wandb(output))
+        self._bar = None
+        if show_progress:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total_steps, unit="step", desc="train", dynamic_ncols=True)
+        self._last_eval = ""
+
+    def on_event(self, event: gateway_pb2.RunEvent) -> None:
+        self.metrics.add(event)
+        for writer in self._writers:
+            writer.write(event)
+        if self._bar is None:
+            return
+        if event.kind == "train":
+            self._bar.n = min(event.step, self.total_steps)
+            reward = self.metrics.explore[-1].get("reward_mean") if self.metrics.explore else None
+            postfix = {"loss": f"{event.metrics.get('loss', float('nan')):.4f}", "v": event.model_version}
+            if reward is not None:
+                postfix["reward"] = f"{reward:.3f}"
+            if self._last_eval:
+                postfix["eval_acc"] = self._last_eval
+            self._bar.set_postfix(postfix)
+            self._bar.refresh()
+        elif event.kind == "eval":
+            self._last_eval = f"{event.metrics.get('accuracy', 0.0):.3f}"
+            self._bar.write(
+                f"eval @ v{event.model_version}: accuracy {event.metrics.get('accuracy', 0.0):.3f}, "
+                f"mean reward {event.metrics.get('mean_reward', 0.0):.3f}"
+            )
+        elif event.kind in ("error", "state") and event.message:
+            self._bar.write(f"[{event.kind}] {event.message}")
+
+    def close(self, run: gateway_pb2.Run, experience_counts: dict[str, Any]) -> dict[str, Any]:
+        if self._bar is not None:
+            self._bar.close()
+        for writer in self._writers:
+            writer.close()
+        summary = {
+            "run_id": run.id,
+            "name": run.name,
+            "state": gateway_pb2.RunState.Name(run.state),
+            "error": run.error,
+            "wall_seconds": time.time() - self.started,
+            "final_model_path": run.final_model_path,
+            "train": self.metrics.train,
+            "explore": self.metrics.explore,
+            "eval": [
+                {
+                    "model_version": row["model_version"],
+                    "step": row["step"],
+                    "accuracy": row.get("accuracy"),
+                    "mean_reward": row.get("mean_reward"),
+                    **{k: v for k, v in row.items() if k not in ("model_version", "step")},
+                }
+                for row in self.metrics.eval
+            ],
+            "weight_versions": self.metrics.weights,
+            "experience_counts": experience_counts,
+        }
+        (self.output / "summary.json").write_text(json.dumps(summary, indent=2))
+        plot_curves(self.metrics, self.output / "reward_curve.png")
+        return summary
+
+
+def plot_curves(metrics: RunMetrics, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    explore = metrics.series("explore", "reward_mean")
+    if explore:
+        ax.plot([s for s, _ in explore], [v for _, v in explore], label="rollout reward (mean)", alpha=0.6)
+    evals = metrics.series("eval", "accuracy")
+    if evals:
+        ax.plot([s for s, _ in evals], [v for _, v in evals], marker="o", label="held-out accuracy (by version)")
+    ax.set_xlabel("step / weight version")
+    ax.set_ylabel("reward / accuracy")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+class _TensorBoard:
+    def __init__(self, writer: Any) -> None:
+        self.writer = writer
+
+    def write(self, event: gateway_pb2.RunEvent) -> None:
+        x = event.model_version if event.kind == "eval" else event.step
+        for key, value in event.metrics.items():
+            self.writer.add_scalar(f"{event.kind}/{key}", value, x)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class _MLflow:
+    def __init__(self, output: Path) -> None:
+        try:
+            import mlflow
+        except ImportError:
+            raise RuntimeError("monitor.mlflow is on but mlflow is not installed (pip install mlflow)") from None
+        mlflow.set_tracking_uri(os.environ.get("MLFLOW_TRACKING_URI", (output / "mlruns").as_uri()))
+        self.mlflow = mlflow
+        self.run = mlflow.start_run()
+
+    def write(self, event: gateway_pb2.RunEvent) -> None:
+        step = event.model_version if event.kind == "eval" else event.step
+        self.mlflow.log_metrics({f"{event.kind}/{k}": v for k, v in event.metrics.items()}, step=step)
+
+    def close(self) -> None:
+        self.mlflow.end_run()
+
+
+class _Wandb:
+    def __init__(self, output: Path) -> None:
+        try:
+            import wandb
+        except ImportError:
+            raise RuntimeError("monitor.wandb is on but wandb is not installed (pip install wandb)") from None
+        self.wandb = wandb
+        self.run = wandb.init(mode=os.environ.get("WANDB_MODE", "offline"), dir=str(output))
+
+    def write(self, event: gateway_pb2.RunEvent) -> None:
+        self.run.log({f"{event.kind}/{k}": v for k, v in event.metrics.items()})
+
+    def close(self) -> None:
+        self.run.finish()
