@@ -2,7 +2,7 @@
 
     from trinity.sdk import TrinityClient
 
-    client = TrinityClient("127.0.0.1:7070")
+    client = TrinityClient("127.0.0.1:50051")
     run = client.create_run("examples/quickstart/config.yaml")
     for event in run.watch():
         print(event.kind, dict(event.metrics))

@@ -12,6 +12,7 @@ from trinity.buffer.metrics import register_gauges
 from trinity.buffer.service import BufferServicer
 from trinity.buffer.store import BufferStore
 from trinity.runtime.logging import get_logger
+from trinity.runtime.redis_server import connect_redis
 from trinity.runtime.server import GrpcServer, ServiceRegistration, full_service_name
 from trinity.runtime.settings import ServiceSettings
 from trinity.v1 import buffer_pb2, buffer_pb2_grpc
@@ -19,17 +20,6 @@ from trinity.v1 import buffer_pb2, buffer_pb2_grpc
 log = get_logger(__name__)
 
 SERVICE_NAME = full_service_name(buffer_pb2, "BufferService")
-
-
-def connect_redis(url: str) -> redis.Redis:
-    """A client that retries lost connections with exponential backoff before an error surfaces."""
-    return redis.Redis.from_url(
-        url,
-        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=5),  # about 2.5 s, then UNAVAILABLE
-        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
-        health_check_interval=15,
-        socket_connect_timeout=5,
-    )
 
 
 class RedisHealthWatch:

@@ -71,6 +71,7 @@ def _experience_counts(buffer: Any, run_id: str, config: RunConfig) -> dict[str,
                 "acked": stats.acked,
                 "pending": stats.pending,
                 "in_stream": stats.length,
+                "undelivered": stats.lag,
                 "dead_letters": stats.dead_letters,
                 "dropped": dict(stats.dropped),
             }

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trinity.config import MonitorConfig
+from trinity.config.run import MonitorConfig
 from trinity.sdk.metrics import RunMetrics
 from trinity.v1 import gateway_pb2
 

@@ -27,12 +27,21 @@ from trinity.v1 import buffer_pb2, common_pb2, gateway_pb2
 
 log = get_logger(__name__)
 
+RUN_OVER = (gateway_pb2.RUN_STATE_SUCCEEDED, gateway_pb2.RUN_STATE_FAILED, gateway_pb2.RUN_STATE_CANCELLED)
 PASS_THRESHOLD = 1.0  # a sample "passes" when its reward reaches this (accuracy rewards are 0/1)
 
 
 def required_version(step: int, sync_interval: int, sync_offset: int) -> int:
     """The oldest weight version explore step `step` may use."""
     return max(0, ((step - sync_offset) // sync_interval) * sync_interval)
+
+
+def explore_steps(config: RunConfig) -> int:
+    """Explore steps that feed `total_steps` train steps (or `total_steps` of pure exploring)."""
+    if config.mode != "both":
+        return config.buffer.total_steps
+    per_step = config.buffer.batch_size * config.algorithm.repeat_times
+    return -(-config.buffer.total_steps * config.train_batch_size // per_step)
 
 
 def build_engine(config: RunConfig, model_path: str) -> Engine:
@@ -135,8 +144,8 @@ class ExplorerRunner:
         last_eval_version = 0
         taskset = naming.taskset(self.run_id, self.stage, cfg.buffer.taskset.name)  # type: ignore[union-attr]
         stream = naming.experience_stream(self.run_id, self.stage, cfg.buffer.experience_stream.name)
-        limit = cfg.buffer.total_steps if cfg.mode == "explore" else None
-        while not self._stop.is_set() and (limit is None or self.step < limit):
+        limit = explore_steps(cfg)
+        while not self._stop.is_set() and self.step < limit:
             if not self._wait_for_weights(self.step):
                 break
             started = time.perf_counter()
@@ -158,8 +167,9 @@ class ExplorerRunner:
                 self._apply_staged_weights()
                 self._evaluate(workflow)
                 last_eval_version = self.engine.model_version
+        if self.feed is not None:
+            self._wait_for_final_weights()
         if cfg.buffer.eval_tasksets and self.engine.model_version != last_eval_version:
-            self._apply_staged_weights(wait_s=5.0)
             self._evaluate(workflow)
 
     def _rollout_settings(self, temperature: float, repeat_times: int) -> RolloutSettings:
@@ -193,6 +203,21 @@ class ExplorerRunner:
             if self.feed is not None and self.feed.error is not None:
                 raise RuntimeError(f"weight sync failed: {self.feed.error}")
             self._stop.wait(0.05)
+
+    def _wait_for_final_weights(self) -> None:
+        """Evaluate what training produced: wait (bounded) for the trainer's last published version."""
+        sync = self.config.synchronizer
+        final = (self.config.buffer.total_steps // sync.sync_interval) * sync.sync_interval
+        deadline = time.monotonic() + sync.timeout_seconds
+        while self.model_version < final and time.monotonic() < deadline:
+            if self.feed is not None and self.feed.error is not None:
+                return
+            try:
+                if self.gateway.get_run(self.run_id).state in RUN_OVER:
+                    return
+            except Exception:  # noqa: BLE001 - a gateway hiccup only shortens the wait
+                return
+            self._apply_staged_weights(wait_s=1.0)
 
     def _apply_staged_weights(self, wait_s: float = 0.0) -> None:
         if self.feed is None or self.engine is None:

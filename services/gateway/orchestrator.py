@@ -255,27 +255,30 @@ class Orchestrator:
     # ---- completion ---------------------------------------------------------------------------------
 
     def _on_finished(self, run_id: str, instance_id: str, message: str) -> None:
+        """A stage ends when every assigned instance has finished its part.
+
+        The trainer finishing tells the explorers to wrap up (apply the last weights, evaluate,
+        finish); every explorer finishing tells the trainer to drain the stream and finish.
+        """
         with self._lock:
             run = self.runs.get(run_id)
             if run.state in TERMINAL:
                 return
             if instance_id not in run.finished:
                 run.finished.append(instance_id)
-            role = run.assignments.get(instance_id, "")
-            if role == ROLE_TRAINER and message:
+            if run.assignments.get(instance_id) == ROLE_TRAINER and message:
                 run.final_model_path = message
             self.runs.save(run)
             assigned = dict(run.assignments)
             done = set(run.finished)
         trainers = [i for i, r in assigned.items() if r == ROLE_TRAINER]
         explorers = [i for i, r in assigned.items() if r == ROLE_EXPLORER]
-        stage_done = all(t in done for t in trainers) if trainers else all(e in done for e in explorers)
-        if stage_done:
-            self._stop_services(run, "stage finished")
+        if all(i in done for i in assigned):
             self._next_stage_or_succeed(run_id)
-        elif trainers and explorers and all(e in done for e in explorers):
-            # Nothing more will arrive: the trainer drains what is in the stream and stops.
-            self._call_stop(trainers, "input exhausted", run_id)
+        elif assigned.get(instance_id) == ROLE_TRAINER:
+            self._call_stop([e for e in explorers if e not in done], "training finished", run_id)
+        elif trainers and all(e in done for e in explorers):
+            self._call_stop([t for t in trainers if t not in done], "input exhausted", run_id)
 
     def _next_stage_or_succeed(self, run_id: str) -> None:
         run = self.runs.get(run_id)

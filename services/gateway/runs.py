@@ -64,7 +64,8 @@ class RunStore:
 
     def events(self, run_id: str, after: str = "0", block_ms: int = 1000) -> Iterator[gateway_pb2.RunEvent]:
         """Events after `after`; waits up to block_ms for new ones; returns when none arrive."""
-        reply = self.client.xread({keys.events(run_id): after or "0"}, count=500, block=block_ms)
+        # BLOCK 0 would wait forever in Redis: a zero wait is a plain, non-blocking read.
+        reply = self.client.xread({keys.events(run_id): after or "0"}, count=500, block=block_ms or None)
         for _stream, rows in reply or []:
             for seq, fields in rows:
                 event = gateway_pb2.RunEvent.FromString(fields[b"e"])

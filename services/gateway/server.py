@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import redis
-
 from trinity.gateway.orchestrator import Orchestrator
 from trinity.gateway.registry import InstanceRegistry
 from trinity.gateway.runs import RunStore
 from trinity.gateway.service import GatewayServicer
 from trinity.gateway.sync_groups import SyncGroups
+from trinity.runtime.redis_server import connect_redis
 from trinity.runtime.server import GrpcServer, ServiceRegistration, full_service_name
 from trinity.runtime.settings import ServiceSettings
 from trinity.v1 import gateway_pb2, gateway_pb2_grpc
@@ -19,7 +18,7 @@ SERVICE_NAME = full_service_name(gateway_pb2, "GatewayService")
 def start_gateway(settings: ServiceSettings) -> GrpcServer:
     if not settings.redis_url:
         raise ValueError("the gateway keeps run state in Redis: set TRINITY_REDIS_URL or pass --redis-url")
-    client = redis.Redis.from_url(settings.redis_url)
+    client = connect_redis(settings.redis_url)
     # The address services call back on is known once the server has bound its port.
     orchestrator = Orchestrator(RunStore(client), InstanceRegistry(client), SyncGroups(client), address="")
     servicer = GatewayServicer(orchestrator, settings.instance_id)

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from trinity.models.tiny import build_tiny_llama
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+
 from trinity.trainer.megatron.hf_mapping import (
     ModelShape,
     check_parallelism,
@@ -31,7 +32,10 @@ def _random_hf(shape: ModelShape, seed: int = 0) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     h, f, d = shape.hidden_size, shape.ffn_hidden_size, shape.head_dim
     q, kv = shape.num_heads * d, shape.num_kv_heads * d
-    state = {"model.embed_tokens.weight": torch.randn(shape.vocab_size, h, generator=g), "model.norm.weight": torch.randn(h, generator=g)}
+    state = {
+        "model.embed_tokens.weight": torch.randn(shape.vocab_size, h, generator=g),
+        "model.norm.weight": torch.randn(h, generator=g),
+    }
     if not shape.tied_embeddings:
         state["lm_head.weight"] = torch.randn(shape.vocab_size, h, generator=g)
     for i in range(shape.num_layers):

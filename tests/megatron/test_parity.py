@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from megatron_helpers import random_rollouts
 from safetensors.torch import load_file
+
+from trinity.trainer.batch import to_samples
 from trinity.trainer.config import TrainerSettings
 from trinity.trainer.megatron import MegatronBackend, MegatronSettings
 from trinity.trainer.torch_backend import TorchBackend
-from trinity.v1 import common_pb2
-
-from megatron_helpers import random_rollouts
 
 LAYOUTS = {"tp1": (1, 1), "tp2": (2, 1), "pp2": (1, 2)}
 METRICS = ("loss/total", "pg_loss", "kl", "entropy", "grad_norm", "advantage/mean", "reward/mean", "lr")
@@ -53,6 +53,7 @@ class Outcome:
     weights: dict[str, torch.Tensor]
     resumed_metrics: dict[str, float] = field(default_factory=dict)
     resumed_weights: dict[str, torch.Tensor] = field(default_factory=dict)
+    hf_dir: Path | None = None
 
 
 def _copy(weights: object) -> dict[str, torch.Tensor]:
@@ -62,10 +63,7 @@ def _copy(weights: object) -> dict[str, torch.Tensor]:
 @pytest.fixture(scope="module")
 def reference(tiny_model: Path) -> Outcome:
     backend = TorchBackend(_settings(tiny_model))
-    rows = [s for e in BATCH_A for s in backend.filter_batch([e])[0]]
-    from trinity.trainer.batch import to_samples
-
-    seqs = [q for s in to_samples(rows, None) for q in s.sequences]
+    seqs = [q for s in to_samples(BATCH_A, None) for q in s.sequences]
     scores = backend.forward_rows(seqs, lambda mb: backend.token_logprobs(backend.policy, mb)[0])
     initial = _copy(backend.named_weights())
     metrics = [backend.train_step(BATCH_A), backend.train_step(BATCH_B)]
@@ -87,7 +85,8 @@ def megatron(request: pytest.FixtureRequest, tiny_model: Path, tmp_path_factory:
         backend.load_checkpoint(ckpt)
         assert backend.model_version == 1
         resumed = backend.train_step(BATCH_B)
-        return Outcome(scores, initial, [first, second], weights, resumed, _copy(backend.named_weights()))
+        hf_dir = backend.save_hf(tmp_path_factory.mktemp("hf") / "policy")
+        return Outcome(scores, initial, [first, second], weights, resumed, _copy(backend.named_weights()), hf_dir)
 
 
 def test_log_probs_match_the_hugging_face_model(megatron: Outcome, reference: Outcome) -> None:
@@ -122,13 +121,12 @@ def test_resume_from_a_checkpoint_replays_the_next_step_exactly(megatron: Outcom
     assert all(torch.equal(megatron.resumed_weights[k], v) for k, v in megatron.weights.items())
 
 
-def test_a_failing_step_raises_with_the_worker_traceback_and_stops_the_group(tiny_model: Path) -> None:
-    from trinity.trainer.megatron import WorkerGroupError
+def test_save_hf_writes_a_loadable_model_with_the_trained_weights(megatron: Outcome) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    backend = MegatronBackend(_settings(tiny_model), MegatronSettings(tensor_parallel_size=2))
-    broken = common_pb2.Experience(id="x", kind=common_pb2.EXPERIENCE_KIND_ROLLOUT, prompt_token_ids=[5])
-    with pytest.raises(WorkerGroupError, match="neither response_token_ids nor a response text"):
-        backend.train_step([broken])
-    assert not backend._workers.alive
-    with pytest.raises(WorkerGroupError, match="stopped"):
-        backend.train_step(BATCH_A)
+    assert megatron.hf_dir is not None
+    model = AutoModelForCausalLM.from_pretrained(str(megatron.hf_dir))
+    assert AutoTokenizer.from_pretrained(str(megatron.hf_dir)).eos_token == "<|im_end|>"
+    state = dict(model.named_parameters())
+    assert state.keys() == megatron.resumed_weights.keys()
+    assert all(torch.equal(state[k].detach(), v) for k, v in megatron.resumed_weights.items())

@@ -115,14 +115,16 @@ def test_receiver_killed_mid_update_fails_the_sender_within_the_timeout_then_a_n
     sender = WeightSender(rendezvous.spec, rendezvous=rendezvous)
     sender.init()
     started = time.monotonic()
-    with pytest.raises(SyncError):
+    with pytest.raises(SyncError) as failure:
         sender.publish(1, _weights(1).items())
+    print(f"sender failed after {time.monotonic() - started:.2f}s: {failure.value}")
     assert time.monotonic() - started < 10
     with pytest.raises(SyncError, match="broken"):
         sender.start(2)  # a failed group refuses further use instead of hanging
     sender.close()
     survivor = results_by_rank(receivers.results, 1)[2][0]
     assert survivor[2] == "sync_error"
+    print(f"survivor failed after {survivor[5]['seconds']:.2f}s: {survivor[5]['error']}")
     assert survivor[5]["seconds"] < 10
 
     spec = rendezvous.next_generation(["explorer-1"])

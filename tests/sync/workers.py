@@ -52,7 +52,8 @@ def receiver_main(spec_json: str, rank: int, plan: list[str], results: Queue, co
         for step in plan:
             if receiver is None:
                 hook = HOOKS.get(step)
-                receiver = WeightReceiver(spec, rank, bucket_hook=hook)
+                # Even ranks reuse their buffers across versions, odd ranks allocate: both paths get exercised.
+                receiver = WeightReceiver(spec, rank, bucket_hook=hook, reuse_buffers=rank % 2 == 0)
                 receiver.init()
             try:
                 started = time.monotonic()

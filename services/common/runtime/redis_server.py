@@ -132,3 +132,19 @@ def _tail(path: Path, lines: int = 20) -> str:
         return "\n".join(path.read_text().splitlines()[-lines:])
     except OSError:
         return ""
+
+
+def connect_redis(url: str) -> redis.Redis:
+    """A client for the services: lost connections retried with backoff (about 2.5 s, then the error
+    surfaces); reads may block up to 60 s (XREAD/XREADGROUP BLOCK), so the socket timeout is longer."""
+    from redis.backoff import ExponentialBackoff
+    from redis.retry import Retry
+
+    return redis.Redis.from_url(
+        url,
+        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=5),
+        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+        health_check_interval=15,
+        socket_connect_timeout=5,
+        socket_timeout=90,
+    )

@@ -25,6 +25,13 @@ log = get_logger(__name__)
 
 _OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 
+# Long idle streams (WatchRun) are kept alive by client pings every 30 s; allow them.
+_KEEPALIVE_OPTIONS = [
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    ("grpc.http2.max_pings_without_data", 0),
+]
+
 
 class BearerTokenInterceptor(grpc.ServerInterceptor):
     """Rejects calls without `authorization: Bearer <token>` with UNAUTHENTICATED."""
@@ -77,7 +84,7 @@ class GrpcServer:
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix=settings.service),
             interceptors=interceptors,
-            options=message_size_options(settings.max_message_mb),
+            options=[*message_size_options(settings.max_message_mb), *_KEEPALIVE_OPTIONS],
         )
         registration.add_to_server(self._server)
         self.health = health.HealthServicer()

@@ -38,7 +38,7 @@ def checksum_bytes(name: str, buffer: torch.Tensor) -> int:
     if name not in CHECKSUMS:
         raise KeyError(f"unknown checksum {name!r}; known: {', '.join(sorted(CHECKSUMS))}")
     host = buffer if buffer.device.type == "cpu" else buffer.cpu()
-    return CHECKSUMS[name](memoryview(host.contiguous().numpy()))
+    return CHECKSUMS[name](memoryview(host.contiguous().numpy()))  # type: ignore[arg-type]
 
 
 def tensor_bytes(tensor: torch.Tensor) -> torch.Tensor:

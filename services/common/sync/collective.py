@@ -65,7 +65,7 @@ class WeightSender(SyncSender):
         log.info("sync.joined", group=self.spec.name, generation=self.spec.generation, rank=0)
 
     def start(self, version: int) -> None:
-        self.transport._check()
+        self.transport.ensure_usable()
         if self._version is not None:
             raise SyncError(f"version {self._version} is still open; finish() it before starting {version}")
         if self.last_version is not None and version <= self.last_version:
@@ -91,7 +91,8 @@ class WeightSender(SyncSender):
         named = [(name, tensor.detach()) for name, tensor in named_tensors]
         for name, tensor in named:
             if tensor.device != self.transport.device:
-                raise SyncError(f"{name} is on {tensor.device}; this sync group sends from {self.transport.device}")
+                # Not a SyncError: nothing was sent, the version stays open and the caller can retry.
+                raise ValueError(f"{name} is on {tensor.device}; this sync group sends from {self.transport.device}")
         layout = ChunkLayout.plan(named, self.spec.bucket_bytes)
         self.transport.send_message(layout.to_message())
         sources = [tensor_bytes(t) for _, t in named]
@@ -187,7 +188,7 @@ class WeightReceiver(SyncReceiver):
         log.info("sync.joined", group=self.spec.name, generation=self.spec.generation, rank=self.rank)
 
     def receive(self, idle_timeout_s: float | None = None) -> tuple[int, Iterator[tuple[str, torch.Tensor]]]:
-        self.transport._check()
+        self.transport.ensure_usable()
         self._wait_for_doorbell(idle_timeout_s)
         start = self.transport.recv_message()
         if start.get("kind") != START:

@@ -8,6 +8,7 @@ live in one process. gloo and NCCL share every line except the process-group con
 from __future__ import annotations
 
 import contextlib
+import os
 import struct
 from datetime import timedelta
 from typing import Any
@@ -38,8 +39,11 @@ class GroupTransport:
             raise ValueError(f"rank {rank} outside 0..{spec.world_size - 1} of sync group {spec.name}")
         self.spec, self.rank = spec, rank
         self.device = torch.device(device) if device is not None else default_device(spec.backend)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
         self._store = store
         self._group: Any = None
+        self._prefixed: Any = None
         self.broken: str | None = None
 
     @property
@@ -78,16 +82,20 @@ class GroupTransport:
         if spec.backend == "gloo":
             group = dist.ProcessGroupGloo(store, self.rank, spec.world_size, spec.join_timeout)
         else:
+            # Without blocking wait, NCCL's work.wait() only orders CUDA streams and a dead peer surfaces as a
+            # watchdog abort of the whole process; with it, wait() blocks the CPU and raises on timeout.
+            os.environ.setdefault("TORCH_NCCL_BLOCKING_WAIT", "1")
             nccl = getattr(dist, "ProcessGroupNCCL", None)
             if nccl is None:
                 raise SyncError("this torch build has no NCCL; install a CUDA build or use backend 'gloo'")
             options = nccl.Options()
             options._timeout = spec.join_timeout
             group = nccl(store, self.rank, spec.world_size, options)
-        group._set_default_timeout(spec.timeout)
+        if hasattr(group, "_set_default_timeout"):
+            group._set_default_timeout(spec.timeout)
         return group
 
-    def _check(self) -> None:
+    def ensure_usable(self) -> None:
         if self._group is None:
             raise SyncError("sync group not joined; call init() first")
         if self.broken is not None:
@@ -112,7 +120,7 @@ class GroupTransport:
 
     def broadcast_async(self, tensor: torch.Tensor, what: str = "broadcast") -> tuple[Any, str]:
         """Start a broadcast; `wait()` on the handle before touching `tensor` again."""
-        self._check()
+        self.ensure_usable()
         options = dist.BroadcastOptions()
         options.rootRank, options.rootTensor = 0, 0
         options.timeout = self.spec.timeout
@@ -144,7 +152,7 @@ class GroupTransport:
 
     def allgather_status(self, status: int, version: int) -> list[tuple[int, int]]:
         """Every rank's `(status, version)`, indexed by rank."""
-        self._check()
+        self.ensure_usable()
         mine = torch.tensor([status, version], dtype=torch.int64, device=self.device)
         out = [torch.empty_like(mine) for _ in range(self.spec.world_size)]
         try:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import shutil
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
+
 from trinity.trainer.backend import register_backend
 from trinity.trainer.config import TrainerSettings
 from trinity.trainer.megatron.hf_mapping import check_parallelism, shape_from_hf_config
@@ -40,6 +42,8 @@ class MegatronBackend:
         self._version = 0
         self._step = 0
         self._workers = WorkerGroup(settings, self.megatron, algorithm_factory)
+        # Stop the workers when the backend is dropped without close() (they would idle until exit).
+        self._finalizer = weakref.finalize(self, self._workers.close)
 
     @property
     def model_version(self) -> int:
@@ -50,9 +54,7 @@ class MegatronBackend:
         return self._step
 
     def train_step(self, experiences: Sequence[common_pb2.Experience]) -> dict[str, float]:
-        metrics: dict[str, float] = self._workers.call(
-            "train_step", [e.SerializeToString() for e in experiences]
-        )
+        metrics: dict[str, float] = self._workers.call("train_step", [e.SerializeToString() for e in experiences])
         if "model_version" in metrics:
             self._version = int(metrics["model_version"])
             self._step = int(metrics["step"])
@@ -102,7 +104,7 @@ class MegatronBackend:
 
     def close(self) -> None:
         """Stop the worker processes (also done at interpreter exit: they are daemons)."""
-        self._workers.close()
+        self._finalizer()
 
     def __enter__(self) -> MegatronBackend:
         return self

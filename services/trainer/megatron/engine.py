@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+
 from trinity.trainer.algorithm import AlgorithmParts
 from trinity.trainer.batch import Sample, TokenBatch, Tokenizer, TokenSequence, collate, plan_micro_batches, to_samples
 from trinity.trainer.checkpoint import LATEST, TrainState, resolve
@@ -61,7 +62,9 @@ class _ObjectiveHost:
         self._engine = engine
         self._current: tuple[torch.Tensor, torch.Tensor] | None = None
 
-    def token_logprobs(self, model: Any, batch: TokenBatch, *, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    def token_logprobs(
+        self, model: Any, batch: TokenBatch, *, with_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         # Called by the objective inside the schedule's loss function: the log-probs of this micro-batch
         # were just computed from the last stage's logits.
         assert self._current is not None and self._current[0].shape == batch.targets.shape
@@ -81,11 +84,10 @@ class _ObjectiveHost:
 class MegatronEngine:
     """The per-rank training state. Collective: every method must be called on all ranks in order."""
 
-    def __init__(
-        self, settings: TrainerSettings, msettings: MegatronSettings, algorithm: AlgorithmParts
-    ) -> None:
+    def __init__(self, settings: TrainerSettings, msettings: MegatronSettings, algorithm: AlgorithmParts) -> None:
         from megatron.core import parallel_state as ps
         from megatron.core.distributed import finalize_model_grads
+
         from trinity.trainer.models import load_tokenizer
 
         self.settings, self.msettings, self.algorithm = settings, msettings, algorithm
@@ -97,7 +99,9 @@ class MegatronEngine:
         self.hf_tokenizer = load_tokenizer(settings.model_path)
         self.tokenizer = Tokenizer(self.hf_tokenizer)
         self.pad_id = int(self.hf_tokenizer.pad_token_id)
-        self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+        self.device = (
+            torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+        )
         self.tp, self.pp = msettings.tensor_parallel_size, msettings.pipeline_parallel_size
         self.tp_rank, self.pp_rank = ps.get_tensor_model_parallel_rank(), ps.get_pipeline_model_parallel_rank()
         self.is_last_stage = ps.is_pipeline_last_stage()
@@ -118,7 +122,9 @@ class MegatronEngine:
         self.config.grad_scale_func = self.optimizer.scale_loss
         # The objective already weights each micro-batch by its share of the mini-batch (see
         # objectives.py), so the per-token division Megatron would do here is switched off.
-        self.config.finalize_model_grads_func = lambda models, num_tokens, **kw: finalize_model_grads(models, None, **kw)
+        self.config.finalize_model_grads_func = lambda models, num_tokens, **kw: finalize_model_grads(
+            models, None, **kw
+        )
         self.schedule_factor = SCHEDULES[settings.optimizer.schedule](settings.optimizer)
         self.updates = 0
         self.state = TrainState()
@@ -156,7 +162,8 @@ class MegatronEngine:
         )
         # The objective's other inputs (advantages, old log-probs) live on the CPU; `[rows, resp]` is small.
         loss = micro.on_logprobs(mb, logp.cpu(), entropy.cpu())
-        return loss, torch.ones((), dtype=torch.int), {}
+        # Back on the logits' device: the schedule scales it by the optimizer's (device) loss scale.
+        return loss.to(logits.device), torch.ones((), dtype=torch.int), {}
 
     def forward_rows(self, rows: list[TokenSequence], which: str = POLICY) -> torch.Tensor:
         """Log-probs `[rows, max_resp]` of `rows` under the policy or the reference (no grad), on every rank."""
@@ -169,9 +176,7 @@ class MegatronEngine:
             out[idx, : mb.mask.shape[1]] = logp.detach().float().cpu()
             return logp.sum() * 0.0
 
-        micros = [
-            _Micro(collate([rows[i] for i in idx], self.pad_id), partial(store, idx)) for idx in plan
-        ]
+        micros = [_Micro(collate([rows[i] for i in idx], self.pad_id), partial(store, idx)) for idx in plan]
         model = self.model if which == POLICY else self.reference
         assert model is not None
         with torch.no_grad():
@@ -185,7 +190,9 @@ class MegatronEngine:
         return self.forward_rows([seq for s in samples for seq in s.sequences])
 
     # ----------------------------------------------------------------------------- the step
-    def filter_batch(self, experiences: Sequence[common_pb2.Experience]) -> tuple[list[common_pb2.Experience], dict[str, float]]:
+    def filter_batch(
+        self, experiences: Sequence[common_pb2.Experience]
+    ) -> tuple[list[common_pb2.Experience], dict[str, float]]:
         """Drop failed, duplicate and too-stale experiences, counting each (as the PyTorch backend)."""
         keep, failed, dup, stale = [], 0, 0, 0
         max_stale = self.settings.max_staleness

@@ -13,7 +13,7 @@ import os
 import queue
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 from trinity.trainer.config import TrainerSettings
@@ -68,6 +68,7 @@ class WorkerGroup:
             self._procs.append(p)
         child.close()
         self._closed = False
+        self._open_stream: Generator[Any, None, None] | None = None
         self._receive("ready", msettings.start_timeout_s, "start-up")
 
     # ----------------------------------------------------------------------------- protocol
@@ -76,8 +77,18 @@ class WorkerGroup:
         return self._receive("ok", timeout or self.msettings.command_timeout_s, command)
 
     def stream(self, command: str, *args: Any) -> Iterator[Any]:
-        """Items the workers send for `command` until they report it done (read fully, even if abandoned)."""
-        self._send(command, args)
+        """Items the workers send for `command` until they report it done.
+
+        A stream the caller abandons is drained before the next command (or when it is closed), so the
+        pipe never holds a stale reply.
+        """
+        self._drain_open_stream()
+        it = self._stream(command, args)
+        self._open_stream = it
+        return it
+
+    def _stream(self, command: str, args: tuple) -> Generator[Any, None, None]:
+        self._send(command, args, drain=False)
         done = False
         try:
             while True:
@@ -90,6 +101,7 @@ class WorkerGroup:
             if not done and not self._closed:
                 while self._next(self.msettings.command_timeout_s, command)[0] != "ok":
                     pass
+            self._open_stream = None
 
     def close(self, timeout: float = 30.0) -> None:
         """Ask the workers to exit; terminate those that do not within `timeout`."""
@@ -109,10 +121,17 @@ class WorkerGroup:
         return not self._closed and all(p.is_alive() for p in self._procs)
 
     # ----------------------------------------------------------------------------- internals
-    def _send(self, command: str, args: tuple) -> None:
+    def _send(self, command: str, args: tuple, *, drain: bool = True) -> None:
         if self._closed:
             raise WorkerGroupError("the Megatron workers were stopped; build a new backend")
+        if drain:
+            self._drain_open_stream()
         self._conn.send((command, args))
+
+    def _drain_open_stream(self) -> None:
+        if self._open_stream is not None:
+            stale, self._open_stream = self._open_stream, None
+            stale.close()  # runs the generator's draining `finally`
 
     def _receive(self, expected: str, timeout: float, what: str) -> Any:
         kind, value = self._next(timeout, what)
@@ -145,9 +164,15 @@ class WorkerGroup:
                 reports.append(self._errors.get(timeout=0.2))
         except queue.Empty:
             pass
+        # Exit codes before we stop the rest: a peer killed by a signal (-9) is usually the cause of
+        # the "connection reset" errors the surviving ranks report.
+        states = [(p.name, p.exitcode) for p in self._procs]
         self._stop(5.0)
         detail = "\n".join(f"--- rank {r}:\n{tb}" for r, tb in sorted(reports))
-        raise WorkerGroupError(f"Megatron backend: {message}" + (f"\n{detail}" if detail else ""))
+        raise WorkerGroupError(
+            f"Megatron backend: {message}\nworker exit codes (None = was running): {states}"
+            + (f"\n{detail}" if detail else "")
+        )
 
     def _stop(self, timeout: float) -> None:
         self._closed = True

@@ -26,7 +26,9 @@ def vocab_parallel_logprobs(
     start = ps.get_tensor_model_parallel_rank() * local_vocab
     zmax = z.detach().amax(-1)
     if ps.get_tensor_model_parallel_world_size() > 1:
-        torch.distributed.all_reduce(zmax, op=torch.distributed.ReduceOp.MAX, group=ps.get_tensor_model_parallel_group())
+        torch.distributed.all_reduce(
+            zmax, op=torch.distributed.ReduceOp.MAX, group=ps.get_tensor_model_parallel_group()
+        )
     z = z - zmax.unsqueeze(-1)
     e = z.exp()
     sum_e = tp_sum(e.sum(-1))

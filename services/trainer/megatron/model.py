@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+
 from trinity.trainer.config import OptimizerSettings
 from trinity.trainer.megatron.hf_mapping import ModelShape, hf_to_megatron, shape_from_hf_config
 

@@ -75,7 +75,7 @@ def run_worker(
             errors.put((rank, tb))
             if conn is not None:
                 conn.send(("error", f"rank {rank}: {tb}"))
-        except Exception:  # noqa: BLE001 (the caller may be gone; the exit code still tells)
+        except Exception:
             pass
         os._exit(1)
 
@@ -83,6 +83,7 @@ def run_worker(
 def _serve(rank: int, world: int, settings: Any, msettings: Any, algorithm_factory: Any, conn: Any) -> None:
     import torch
     import torch.distributed as dist
+
     from trinity.trainer.algorithm import resolve_algorithm
     from trinity.trainer.megatron import cpu_compat
     from trinity.trainer.megatron.engine import MegatronEngine, set_control_group
