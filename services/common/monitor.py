@@ -46,7 +46,7 @@ class RunMonitor:
         if event.kind == "train":
             self._bar.n = min(event.step, self.total_steps)
             reward = self.metrics.explore[-1].get("reward_mean") if self.metrics.explore else None
-            postfix = {"loss": f"{event.metrics.get('loss', float('nan')):.4f}", "v": event.model_version}
+            postfix = {"loss": f"{event.metrics.get('loss/total', float('nan')):.4f}", "v": event.model_version}
             if reward is not None:
                 postfix["reward"] = f"{reward:.3f}"
             if self._last_eval:

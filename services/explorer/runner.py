@@ -137,6 +137,8 @@ class ExplorerRunner:
             self._evaluate(workflow)
             return
         if cfg.mode == "both":
+            # A replacement explorer continues the run's step count (and so its version requirement).
+            self.step = int(self.gateway.get_run(self.run_id).explore_step)
             self.feed = WeightFeed(self.gateway, self.run_id, self.instance_id)
             self.feed.start()
         if cfg.explorer.eval_on_start and cfg.buffer.eval_tasksets:

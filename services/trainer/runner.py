@@ -210,6 +210,9 @@ class TrainerRunner:
             dropped += got.dropped_stale
             entry_ids += got.entry_ids
             experiences += got.experiences
+            if not got.experiences and self.publisher is not None and self.publisher.group_lost():
+                # An explorer was lost: re-form the group and push the current version to its replacement.
+                self.publisher.reform(self.model_version, self.backend.named_weights)  # type: ignore[union-attr]
             if not got.experiences and self._drain.is_set():
                 break
         if self._stop.is_set() or not experiences:

@@ -94,6 +94,20 @@ class WeightPublisher:
         self._sender.init()
         log.info("weights.group_ready", generation=group.generation, backend=spec.backend)
 
+    def group_lost(self) -> bool:
+        """True when the Gateway closed our generation (a member died): it must be re-formed."""
+        if self._sender is None:
+            return False
+        group = self.gateway.sync_group(self.run_id)
+        return group.generation != self.generation or not group.ready
+
+    def reform(self, version: int, named_tensors: NamedTensors) -> dict[str, float]:
+        """Open a new generation and push the current weights, so a replacement explorer catches up."""
+        log.info("weights.reforming", generation=self.generation, version=version)
+        self._close_sender()
+        self.open()
+        return self.publish(version, named_tensors) if version > 0 else {}
+
     def publish(self, version: int, named_tensors: NamedTensors) -> dict[str, float]:
         """Push `version` to every explorer; re-form the group and retry when a member fails."""
         from trinity.sync import SyncError

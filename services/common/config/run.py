@@ -121,6 +121,12 @@ class ExplorerConfig(_Section):
     eval_on_start: bool = True
     eval_temperature: float = Field(default=1.0, ge=0)
     eval_repeat_times: int = Field(default=1, ge=1)
+    # serve mode (trinity.explorer.openai_api): the OpenAI-compatible HTTP endpoint agents call
+    openai_host: str = Field(default="127.0.0.1", description="bind address; 0.0.0.0 to serve other hosts")
+    openai_port: int = Field(default=0, ge=0, le=65535, description="0 = pick a free port (reported in events)")
+    session_ttl_seconds: float = Field(default=3600.0, gt=0, description="sessions without feedback expire")
+    # bench mode (trinity.explorer.bench): where the JSON report goes; "" = <checkpoint_dir or cwd>/bench_report.json
+    bench_output: str = ""
 
 
 class OptimizerSection(_Section):
@@ -165,7 +171,7 @@ class MonitorConfig(_Section):
 
 class RunConfig(_Section):
     name: str = "run"
-    mode: Literal["both", "explore", "train", "bench"] = "both"
+    mode: Literal["both", "explore", "train", "bench", "serve"] = "both"
     seed: int = 42
     checkpoint_dir: str = ""
     model: ModelConfig
@@ -184,8 +190,10 @@ class RunConfig(_Section):
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:
         offline = self.algorithm.algorithm_type in OFFLINE_ALGORITHMS
-        if self.mode in ("both", "explore", "bench") and self.buffer.taskset is None:
+        if self.mode in ("both", "explore") and self.buffer.taskset is None:
             raise ValueError(f"buffer.taskset: required in mode {self.mode!r} (the explorer needs tasks)")
+        if self.mode == "bench" and self.buffer.taskset is None and not self.buffer.eval_tasksets:
+            raise ValueError("buffer.eval_tasksets: mode 'bench' needs eval_tasksets (or a taskset) to evaluate")
         if self.mode == "train" and not offline and self.buffer.offline_data is None:
             raise ValueError("buffer.offline_data: mode 'train' needs offline data or an sft/dpo algorithm")
         if self.mode == "both" and offline:

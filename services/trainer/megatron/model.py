@@ -150,7 +150,8 @@ def build_optimizer(ddp_model: torch.nn.Module, opt: OptimizerSettings, dtype: s
         adam_beta1=opt.betas[0],
         adam_beta2=opt.betas[1],
         adam_eps=opt.eps,
-        clip_grad=opt.max_grad_norm if opt.max_grad_norm is not None else 0.0,
+        # Megatron skips the norm entirely at clip_grad=0; a bound no norm reaches keeps the grad_norm metric.
+        clip_grad=opt.max_grad_norm if opt.max_grad_norm is not None else 1e30,
         bf16=torch_dtype == torch.bfloat16,
         fp16=torch_dtype == torch.float16,
         params_dtype=torch_dtype,

@@ -69,13 +69,13 @@ def run_worker(
 
         torch.set_num_threads(msettings.threads_per_worker)
         _serve(rank, world, settings, msettings, algorithm_factory, conn)
-    except BaseException:
+    except BaseException:  # noqa: BLE001 (any failure must reach the caller before the process ends)
         tb = traceback.format_exc()
         try:
             errors.put((rank, tb))
             if conn is not None:
                 conn.send(("error", f"rank {rank}: {tb}"))
-        except Exception:
+        except Exception:  # noqa: BLE001 (the caller may be gone; the exit code still tells)
             pass
         os._exit(1)
 
