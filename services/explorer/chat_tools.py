@@ -86,7 +86,11 @@ def _parse_call(body: str) -> dict[str, Any] | None:
         return None
     args = data.get("arguments", data.get("parameters", {}))
     arguments = args if isinstance(args, str) else json.dumps(args)
-    return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": {"name": data["name"], "arguments": arguments}}
+    return {
+        "id": f"call_{uuid.uuid4().hex[:24]}",
+        "type": "function",
+        "function": {"name": data["name"], "arguments": arguments},
+    }
 
 
 def _native_message(message: dict[str, Any]) -> dict[str, Any]:
@@ -114,7 +118,10 @@ def _flat_message(message: dict[str, Any]) -> dict[str, str]:
     """A message for a template without tool support: tool calls written out in the Hermes format."""
     text = content_text(message.get("content"))
     for call in message.get("tool_calls") or []:
-        payload = {"name": call["function"]["name"], "arguments": _json_or_text(call["function"].get("arguments", "{}"))}
+        payload = {
+            "name": call["function"]["name"],
+            "arguments": _json_or_text(call["function"].get("arguments", "{}")),
+        }
         text += f"\n<tool_call>\n{json.dumps(payload)}\n</tool_call>"
     return {"role": message["role"], "content": text.strip() if message.get("tool_calls") else text}
 

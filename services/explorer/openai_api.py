@@ -128,9 +128,7 @@ def create_app(backend: ServeBackend, sessions: SessionStore | None = None) -> F
         return {"object": "list", "data": [{"id": backend.model_name, "object": "model", "owned_by": "trinity"}]}
 
     @app.post("/v1/chat/completions")
-    def chat_completions(
-        body: ChatCompletionRequest, x_session_id: str | None = Header(default=None)
-    ) -> JSONResponse:
+    def chat_completions(body: ChatCompletionRequest, x_session_id: str | None = Header(default=None)) -> JSONResponse:
         engine = backend.engine()
         if engine is None:
             raise HTTPException(status_code=503, detail="the model is still loading; retry shortly")
@@ -207,7 +205,7 @@ def create_app(backend: ServeBackend, sessions: SessionStore | None = None) -> F
         )
         try:
             accepted = backend.put(experiences)
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 - any failure: keep the session so feedback can be retried
             store.reopen(session)  # nothing was lost: the application may post the feedback again
             log.warning("serve.put_failed", session_id=body.session_id, error=str(err))
             raise HTTPException(status_code=503, detail=f"the buffer did not take the experiences: {err}") from None

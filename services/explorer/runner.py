@@ -90,6 +90,8 @@ class ExplorerRunner:
         self.step = 0
         self._stop = threading.Event()
         self.state = "starting"
+        self.openai_url = ""  # serve mode: the bound OpenAI endpoint (serve.py)
+        self.finish_message = "explorer finished"
         self._thread = threading.Thread(target=self._main, name=f"explorer-{run_id}", daemon=True)
 
     # ---- control ---------------------------------------------------------------------------------------
@@ -113,7 +115,7 @@ class ExplorerRunner:
     def _main(self) -> None:
         try:
             self._run()
-            self._report("finished", message="explorer finished")
+            self._report("finished", message=self.finish_message)
             self.state = "finished"
         except Exception as err:
             log.exception("explorer.failed", run_id=self.run_id)
@@ -133,8 +135,15 @@ class ExplorerRunner:
         self.state = "running"
         workflow = create_workflow(cfg.explorer.workflow, **cfg.explorer.workflow_options)
         settings = self._rollout_settings(cfg.explorer.temperature, cfg.algorithm.repeat_times)
-        if cfg.mode == "bench":
-            self._evaluate(workflow)
+        if cfg.mode == "bench":  # bench.py: evaluate, write the JSON report, name it in the finished event
+            from trinity.explorer.bench import run_bench
+
+            self.finish_message = f"bench report: {run_bench(self, workflow)}"
+            return
+        if cfg.mode == "serve":  # serve.py: the OpenAI endpoint records agent calls until the run stops
+            from trinity.explorer.serve import serve_until_stopped
+
+            serve_until_stopped(self)
             return
         if cfg.mode == "both":
             # A replacement explorer continues the run's step count (and so its version requirement).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from typing import Any
+from urllib.parse import urlsplit
 
 import grpc
 
@@ -35,7 +36,11 @@ class ExplorerServicer(explorer_pb2_grpc.ExplorerServiceServicer):
             state=runner.state,
             run_id=runner.run_id,
             model_version=runner.model_version,
-            metrics={"explore_step": float(runner.step)},
+            metrics={
+                "explore_step": float(runner.step),
+                # serve mode: the OpenAI endpoint's port (its URL is in the run's "log" event)
+                **({"openai_port": float(urlsplit(runner.openai_url).port or 0)} if runner.openai_url else {}),
+            },
         )
 
     @grpc_errors
