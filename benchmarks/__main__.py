@@ -30,7 +30,7 @@ def main() -> int:
         print(f"== {name}", flush=True)
         try:
             result = module.run(quick=args.quick)
-        except Exception as err:  # one broken benchmark must not hide the others' numbers
+        except Exception as err:  # noqa: BLE001 - one broken benchmark must not hide the others' numbers
             print(f"{name} failed: {err!r}", file=sys.stderr)
             failed += 1
             continue

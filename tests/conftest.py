@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from trinity.models.tiny import build_tiny_llama
 from trinity.runtime.client import wait_until_serving
 from trinity.runtime.redis_server import RedisServer, free_port, start_redis_server
 
@@ -90,3 +91,16 @@ def buffer_service(redis_server: RedisServer) -> Iterator[ServiceProcess]:
 def unique() -> str:
     """A fresh name per test, so tests sharing one buffer never see each other's data."""
     return "t" + uuid.uuid4().hex[:10]
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    # vLLM's CPU attention needs head_dim >= 32 here, and the byte tokenizer 259+ tokens.
+    return build_tiny_llama(
+        tmp_path_factory.mktemp("model") / "tiny",
+        vocab_size=320,
+        hidden_size=128,
+        intermediate_size=256,
+        num_heads=2,
+        num_kv_heads=1,
+    )

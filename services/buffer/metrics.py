@@ -41,7 +41,7 @@ class StreamGauges(Collector):
                 stats = self.store.stream(name).stats()
                 for key, family in families.items():
                     family.add_metric([name], float(stats[key]))  # type: ignore[arg-type]
-        except Exception:
+        except Exception:  # noqa: BLE001 - a scrape during a Redis outage reports what it has
             pass
         yield from families.values()
 

@@ -11,11 +11,12 @@ from redis.retry import Retry
 from trinity.buffer.metrics import register_gauges
 from trinity.buffer.service import BufferServicer
 from trinity.buffer.store import BufferStore
+from trinity.buffer.wire import add_buffer_servicer_to_server
 from trinity.runtime.logging import get_logger
 from trinity.runtime.redis_server import connect_redis
 from trinity.runtime.server import GrpcServer, ServiceRegistration, full_service_name
 from trinity.runtime.settings import ServiceSettings
-from trinity.v1 import buffer_pb2, buffer_pb2_grpc
+from trinity.v1 import buffer_pb2
 
 log = get_logger(__name__)
 
@@ -63,7 +64,7 @@ def build_buffer(settings: ServiceSettings) -> tuple[ServiceRegistration, Buffer
     store = BufferStore(client)
     servicer = BufferServicer(store, settings.instance_id)
     registration = ServiceRegistration(
-        add_to_server=lambda server: buffer_pb2_grpc.add_BufferServiceServicer_to_server(servicer, server),
+        add_to_server=lambda server: add_buffer_servicer_to_server(servicer, server),
         service_names=[SERVICE_NAME],
         on_shutdown=client.close,
     )

@@ -13,6 +13,7 @@ from trinity.buffer.offline import export_entries, offline_experiences
 from trinity.buffer.store import BufferStore
 from trinity.buffer.streams.experience_stream import ExperienceStream
 from trinity.buffer.streams.validation import validate_experiences
+from trinity.buffer.wire import PutExperiencesWire, encode_read_response
 from trinity.config import StreamConfig, TaskSetConfig, format_validation_error
 from trinity.runtime.errors import InvalidArgument, ResourceExhausted, grpc_errors
 from trinity.runtime.status import service_status
@@ -132,19 +133,26 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
         return buffer_pb2.DeleteStreamResponse(deleted=self.store.delete_stream(_require(request.name, "name")))
 
     @grpc_errors
-    def PutExperiences(self, request: buffer_pb2.PutExperiencesRequest, context: grpc.ServicerContext) -> Any:
+    def PutExperiences(
+        self, request: buffer_pb2.PutExperiencesRequest | PutExperiencesWire, context: grpc.ServicerContext
+    ) -> Any:
+        """Over gRPC the request arrives as `PutExperiencesWire`: the experiences' bytes go to Redis as sent."""
+        payloads = None
+        if isinstance(request, PutExperiencesWire):
+            request, payloads = request.request, request.payloads
         stream = self.store.stream(_require(request.stream, "stream"))
         if len(request.experiences) > MAX_BATCH:
             raise ResourceExhausted(f"experiences: {len(request.experiences)} exceeds the limit of {MAX_BATCH}")
         validate_experiences(request.experiences)
-        result = stream.put(request.experiences, self.store.operator_context)
+        result = stream.put(request.experiences, self.store.operator_context, payloads=payloads)
         metrics.PUT.labels(request.stream).inc(result.accepted)
         for reason, n in result.dropped.items():
             metrics.DROPPED.labels(request.stream, reason).inc(n)
         return buffer_pb2.PutExperiencesResponse(accepted=result.accepted, dropped=dict(result.dropped))
 
     @grpc_errors
-    def ReadExperiences(self, request: buffer_pb2.ReadExperiencesRequest, context: grpc.ServicerContext) -> Any:
+    def ReadExperiences(self, request: buffer_pb2.ReadExperiencesRequest, context: grpc.ServicerContext) -> bytes:
+        """The serialized ReadExperiencesResponse, assembled around the stored bytes (see `wire`)."""
         stream = self.store.stream(_require(request.stream, "stream"))
         if not 0 <= request.block_ms <= MAX_BLOCK_MS:
             raise InvalidArgument("block_ms", f"must be between 0 and {MAX_BLOCK_MS}, got {request.block_ms}")
@@ -154,16 +162,15 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
             block_ms=request.block_ms,
             min_model_version=request.min_model_version,
         )
-        response = buffer_pb2.ReadExperiencesResponse(
-            dropped_stale=result.dropped_stale, reclaimed=result.reclaimed, dead_lettered=result.dead_lettered
-        )
-        for entry in result.entries:
-            item = response.items.add(entry_id=entry.entry_id, delivery_count=entry.deliveries)
-            item.experience.ParseFromString(entry.payload)
         metrics.DELIVERED.labels(request.stream).inc(len(result.entries))
         if result.dropped_stale:
             metrics.DROPPED.labels(request.stream, "stale").inc(result.dropped_stale)
-        return response
+        return encode_read_response(
+            result.entries,
+            dropped_stale=result.dropped_stale,
+            reclaimed=result.reclaimed,
+            dead_lettered=result.dead_lettered,
+        )
 
     @grpc_errors
     def AckExperiences(self, request: buffer_pb2.AckExperiencesRequest, context: grpc.ServicerContext) -> Any:

@@ -63,7 +63,7 @@ def _experience_counts(buffer: Any, run_id: str, config: RunConfig) -> dict[str,
             name = naming.experience_stream(run_id, stage, stage_config.buffer.experience_stream.name)
             try:
                 stats = buffer.stream(name).stats
-            except Exception:
+            except Exception:  # noqa: BLE001 - a stage that never started has no stream
                 continue
             counts[f"stage{stage}"] = {
                 "put": stats.put,

@@ -18,10 +18,8 @@ from typing import Any
 TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 
 TOOLS_SYSTEM_PROMPT = (
-    "You may call functions to help answer. The available functions, as JSON schemas:\n"
-    "<tools>\n{tools}\n</tools>\n"
-    "To call one, reply with a JSON object inside tags, one per call:\n"
-    '<tool_call>\n{{"name": <function-name>, "arguments": <args-json-object>}}\n</tool_call>'
+    "Functions you may call:\n<tools>\n{tools}\n</tools>\n"
+    'To call one, reply <tool_call>{{"name": ..., "arguments": {{...}}}}</tool_call>'
 )
 
 
@@ -49,7 +47,7 @@ def render_chat(tokenizer: Any, messages: Sequence[dict[str, Any]], tools: Seque
         return str(tokenizer.apply_chat_template(native, tools=list(tools), tokenize=False, add_generation_prompt=True))
     flat = [_flat_message(m) for m in messages]
     if tools:
-        prompt = TOOLS_SYSTEM_PROMPT.format(tools="\n".join(json.dumps(t, sort_keys=True) for t in tools))
+        prompt = TOOLS_SYSTEM_PROMPT.format(tools="\n".join(json.dumps(t, separators=(",", ":")) for t in tools))
         if flat and flat[0]["role"] == "system":
             flat[0] = {"role": "system", "content": f"{flat[0]['content']}\n\n{prompt}"}
         else:

@@ -150,7 +150,9 @@ def create_app(backend: ServeBackend, sessions: SessionStore | None = None) -> F
         request = GenerationRequest(prompt_token_ids=tok.encode(text, add_special_tokens=False), sampling=sampling)
         try:
             (result,) = engine.generate([request])
-        except ValueError as err:  # e.g. the prompt is longer than the engine's max_model_len
+        except Exception as err:
+            if not _is_request_error(err):
+                raise
             raise HTTPException(status_code=400, detail=f"messages: {err}") from None
         sample = result.samples[0]
         content, tool_calls = parse_tool_calls(sample.text) if tools else (sample.text, [])
@@ -193,6 +195,7 @@ def create_app(backend: ServeBackend, sessions: SessionStore | None = None) -> F
         return JSONResponse(payload, headers={SESSION_HEADER: session_id})
 
     @app.post("/feedback")
+    @app.post("/v1/feedback")  # for clients that only know the /v1 base URL
     def feedback(body: FeedbackRequest) -> dict[str, Any]:
         session = store.close(body.session_id)
         if session is None:
@@ -212,6 +215,15 @@ def create_app(backend: ServeBackend, sessions: SessionStore | None = None) -> F
         return {"session_id": body.session_id, "experiences": len(experiences), "accepted": accepted}
 
     return app
+
+
+def _is_request_error(err: Exception) -> bool:
+    """A generate failure caused by the request (e.g. a prompt longer than max_model_len).
+
+    vLLM raises `VLLMValidationError`, which is not a ValueError; matched by name so this module
+    stays engine-agnostic (no vllm import).
+    """
+    return isinstance(err, ValueError) or type(err).__name__.endswith("ValidationError")
 
 
 class OpenAIServer:

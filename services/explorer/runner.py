@@ -332,7 +332,7 @@ class ExplorerRunner:
             reply = self.gateway.report(event)
             if not reply.run_active and kind not in ("finished", "error"):
                 self._stop.set()  # the run is over (cancelled or failed elsewhere)
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 - reporting must not kill the rollout loop
             log.warning("explorer.report_failed", kind=kind, error=str(err))
 
 

@@ -55,7 +55,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "run_id: must be set")
         try:
             self.runs.get(request.run_id)
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 - NotFound, or Redis down: the watch cannot start
             context.abort(grpc.StatusCode.NOT_FOUND, str(err))
         after = request.after_seq or "0"
         while context.is_active():

@@ -56,6 +56,9 @@ def build_backend(settings: TrainerSettings) -> TrainerBackend:
     """The backend named by `settings.backend`, constructed from `settings`."""
     import trinity.trainer.torch_backend  # noqa: F401  (registers "torch")
 
+    if settings.backend == "megatron":
+        import trinity.trainer.megatron  # noqa: F401  (registers "megatron"; imports megatron-core)
+
     try:
         factory = BACKENDS[settings.backend]
     except KeyError:

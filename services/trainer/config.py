@@ -71,6 +71,8 @@ class TrainerSettings(_Strict):
     )
     max_seq_len: int | None = Field(None, gt=0, description="longer samples are truncated on the response side")
     gradient_checkpointing: bool = False
+    tensor_parallel_size: int = Field(1, gt=0, description="megatron backend: tensor-parallel degree")
+    pipeline_parallel_size: int = Field(1, gt=0, description="megatron backend: pipeline-parallel degree")
 
     checkpoint_dir: str | None = None
     save_interval: int = Field(0, ge=0, description="save every N steps; 0 = only on demand")

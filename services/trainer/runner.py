@@ -68,6 +68,8 @@ def trainer_settings(config: RunConfig, model_path: str, checkpoint_dir: Path) -
         max_staleness=config.synchronizer.max_staleness,
         max_seq_len=config.model.max_prompt_tokens + config.model.max_response_tokens,
         gradient_checkpointing=tr.gradient_checkpointing,
+        tensor_parallel_size=tr.tensor_parallel_size,
+        pipeline_parallel_size=tr.pipeline_parallel_size,
         checkpoint_dir=str(checkpoint_dir),
         save_interval=tr.save_interval,
         seed=config.seed,
@@ -247,5 +249,5 @@ class TrainerRunner:
             reply = self.gateway.report(event)
             if not reply.run_active and kind not in ("finished", "error"):
                 self._stop.set()
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 - reporting must not kill training
             log.warning("trainer.report_failed", kind=kind, error=str(err))

@@ -19,12 +19,14 @@ import pytest
 from tests.buffer.helpers import experience
 from tests.conftest import ServiceProcess
 from tests.deploy import dockerfile
+from tests.e2e.conftest import tiny_config
 from trinity.clients import BufferClient
 from trinity.config import StreamConfig
 from trinity.runtime.client import open_channel
 from trinity.runtime.redis_server import RedisServer, free_port, start_redis_server
+from trinity.sdk import TrinityClient
 from trinity.stack.plan import ServicePlan, StackPlan, load_plan
-from trinity.v1 import common_pb2, explorer_pb2_grpc, gateway_pb2_grpc, trainer_pb2_grpc
+from trinity.v1 import common_pb2, explorer_pb2_grpc, gateway_pb2, gateway_pb2_grpc, trainer_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "compose-wiring-token"  # set through ${TRINITY_AUTH_TOKEN}: proves the variable reaches every service
@@ -64,6 +66,9 @@ class Loopback:
     def rewrite(self, owner: str, key: str, value: str) -> str:
         if key in ("TRINITY_PORT", "TRINITY_METRICS_PORT") and value not in ("0", "-1"):
             return str(self.ports[(owner, int(value))])
+        if key == "TRINITY_ADVERTISE_HOST":
+            assert value in {s.name for s in self.plan.services}, f"{owner} advertises {value}, not a service name"
+            return "127.0.0.1"
 
         def local(match: re.Match[str]) -> str:
             host, port = match["host"], int(match["port"])
@@ -174,6 +179,18 @@ def test_the_other_services_answer_get_status_with_the_compose_token(stack, name
     with open_channel(started[name].address, token=TOKEN) as channel:
         status = STATUS_STUBS[name](channel).GetStatus(common_pb2.GetStatusRequest(), timeout=10)
     assert status.service == name
+
+
+def test_a_short_run_through_the_sdk_succeeds(stack, tiny_model, tmp_path):
+    """The gateway assigns the run to the compose trainer and explorer, which find the buffer and each
+    other (sync group) through the addresses the compose file gives them."""
+    _, started = stack
+    config = tiny_config(tiny_model, **{"buffer.total_steps": 2, "checkpoint_dir": str(tmp_path)})
+    with TrinityClient(started["gateway"].address, token=TOKEN) as client:
+        run = client.create_run(config)
+        final = run.wait(timeout=300)
+        assert gateway_pb2.RunState.Name(final.state) == "RUN_STATE_SUCCEEDED", final.error
+        assert (final.train_step, final.model_version) == (2, 2)
 
 
 def test_every_published_metrics_port_serves_prometheus(stack):

@@ -4,25 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 import yaml
 
-from trinity.models.tiny import build_tiny_llama
-
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "quickstart"
-
-
-@pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory) -> Path:
-    # vLLM's CPU attention needs head_dim >= 32 here, and the byte tokenizer 259+ tokens.
-    return build_tiny_llama(
-        tmp_path_factory.mktemp("model") / "tiny",
-        vocab_size=320,
-        hidden_size=128,
-        intermediate_size=256,
-        num_heads=2,
-        num_kv_heads=1,
-    )
 
 
 def tiny_config(model: Path, **overrides) -> dict:

@@ -44,7 +44,9 @@ def test_the_run_succeeds_and_trains_every_step(sync_run):
 def test_explorer_serves_exactly_the_weights_the_trainer_published(sync_run):
     summary, _ = sync_run
     published = {row["model_version"]: row["weights_digest"] for row in summary["train"]}
-    loaded = {row["model_version"]: row["weights_digest"] for row in summary["weight_versions"] if "weights_digest" in row}
+    loaded = {
+        row["model_version"]: row["weights_digest"] for row in summary["weight_versions"] if "weights_digest" in row
+    }
     assert sorted(loaded) == [1.0, 2.0, 3.0]  # every version reached the explorer
     for version, digest in loaded.items():
         assert digest == published[version], f"version {version}: explorer digest differs from the trainer's"

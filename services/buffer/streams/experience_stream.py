@@ -81,24 +81,32 @@ class ExperienceStream:
         ctx: OperatorContext | None = None,
         *,
         apply_stream_operators: bool = True,
+        payloads: Sequence[bytes] | None = None,
     ) -> PutResult:
-        """Operators, then dedupe by experience id, then append; one round trip for the whole batch."""
+        """Operators, then dedupe by experience id, then append; one round trip for the whole batch.
+
+        `payloads[i]`, when given, is `experiences[i]` serialized (as the client sent it); it is stored
+        instead of serializing again, unless operators ran (they may change what they keep).
+        """
         result = PutResult()
         kept: Sequence[common_pb2.Experience] = experiences
         if apply_stream_operators and self.config.operators:
             applied = apply_operators(experiences, self.config.operators, ctx or OperatorContext())
             kept, result.dropped = applied.kept, applied.dropped
             self._count_drops(result.dropped)
+            payloads = None
         if not kept:
             return result
+        if payloads is None:
+            payloads = [e.SerializeToString() for e in kept]
         now_ms = int(time.time() * 1000)
         args: list[bytes | str | int] = [
             now_ms,
             int(self.config.dedupe_ttl_seconds * 1000),
             1 if self.config.priority_replay.enabled else 0,
         ]
-        for e in kept:
-            args += [e.id, e.model_version, e.SerializeToString()]
+        for e, payload in zip(kept, payloads, strict=True):
+            args += (e.id, e.model_version, payload)
         keys = [self.keys.stream, self.keys.seen, self.keys.stats, self.keys.priority]
         accepted, duplicates, entry_ids = self._put(keys=keys, args=args)
         result.accepted = int(accepted)

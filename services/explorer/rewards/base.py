@@ -39,7 +39,7 @@ def evaluate_reward(fn: RewardFn, response_text: str, task: common_pb2.Task, tim
     def target() -> None:
         try:
             box["value"] = fn(response_text, task)
-        except BaseException as e:
+        except BaseException as e:  # noqa: BLE001 - whatever a reward raises marks the sample failed
             box["error"] = f"{type(e).__name__}: {e}"
 
     thread = threading.Thread(target=target, name="trinity-reward", daemon=True)

@@ -125,7 +125,7 @@ class MultiStepWorkflow(Workflow):
         ep.steps.append(step)
         try:
             outcome = ep.env.step(result.samples[0].text)
-        except Exception as e:  # an env bug ends this episode, not the explorer
+        except Exception as e:  # noqa: BLE001 - an env bug ends this episode, not the explorer
             step.error = f"environment step failed: {type(e).__name__}: {e}"
             ep.done, ep.ended_by = True, "error"
             return

@@ -121,7 +121,10 @@ def _resolve(path: str | Path) -> Path:
 
 @register_backend("megatron")
 def _build(settings: TrainerSettings) -> MegatronBackend:
-    return MegatronBackend(settings)
+    parallel = MegatronSettings(
+        tensor_parallel_size=settings.tensor_parallel_size, pipeline_parallel_size=settings.pipeline_parallel_size
+    )
+    return MegatronBackend(settings, parallel)
 
 
 __all__ = ["MegatronBackend"]

@@ -1,0 +1,170 @@
+"""Protobuf wire-level passthrough for the experience data path.
+
+Experiences are stored in Redis as the serialized `Experience` bytes. Parsing them only to serialize
+them again costs as much as the Redis work itself, so the two hot RPCs skip that round:
+
+- PutExperiences: the request is parsed (validation and operators need the fields), and each experience's
+  bytes are also sliced out of the request as the client sent them; those bytes go to Redis.
+- ReadExperiences: the reply's wire bytes are assembled around the stored bytes, never parsed.
+
+Wire format (https://protobuf.dev/programming-guides/encoding/): a field is a varint tag
+`(field_number << 3) | wire_type`, then a varint (type 0), 8 bytes (type 1), 4 bytes (type 5), or a
+varint length and that many bytes (type 2: strings, bytes, sub-messages, packed repeated fields).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import grpc
+
+from trinity.v1 import buffer_pb2, buffer_pb2_grpc
+
+_VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
+
+# ReadExperiencesResponse / DeliveredExperience field tags (field_number << 3 | wire_type).
+_ITEMS = 1 << 3 | _LENGTH
+_DROPPED_STALE, _RECLAIMED, _DEAD_LETTERED = 2 << 3, 3 << 3, 4 << 3
+_ENTRY_ID, _DELIVERY_COUNT, _EXPERIENCE = 1 << 3 | _LENGTH, 2 << 3, 3 << 3 | _LENGTH
+# PutExperiencesRequest.experiences
+_PUT_EXPERIENCES = 2 << 3 | _LENGTH
+
+
+def varint(value: int) -> bytes:
+    """Base-128 varint; negative int32/int64 take the 10-byte two's complement form, as protobuf does."""
+    if value < 0:
+        value += 1 << 64
+    if value < 0x80:
+        return bytes((value,))
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+
+
+class DeliveredPayload(Protocol):
+    entry_id: str
+    deliveries: int
+    payload: bytes
+
+
+def encode_read_response(
+    entries: Sequence[DeliveredPayload], *, dropped_stale: int = 0, reclaimed: int = 0, dead_lettered: int = 0
+) -> bytes:
+    """The serialized `ReadExperiencesResponse` whose items carry each entry's stored bytes unchanged.
+
+    Parses to the same message as building the response field by field; zero counters are left out,
+    as proto3 serialization does.
+    """
+    parts: list[bytes] = []
+    for entry in entries:
+        entry_id = entry.entry_id.encode()
+        head = bytes((_ENTRY_ID,)) + varint(len(entry_id)) + entry_id
+        if entry.deliveries:
+            head += bytes((_DELIVERY_COUNT,)) + varint(entry.deliveries)
+        head += bytes((_EXPERIENCE,)) + varint(len(entry.payload))
+        parts += (bytes((_ITEMS,)), varint(len(head) + len(entry.payload)), head, entry.payload)
+    for tag, value in ((_DROPPED_STALE, dropped_stale), (_RECLAIMED, reclaimed), (_DEAD_LETTERED, dead_lettered)):
+        if value:
+            parts += (bytes((tag,)), varint(value))
+    return b"".join(parts)
+
+
+def field_slices(data: bytes, tag: int) -> list[bytes] | None:
+    """The payloads of every length-delimited top-level field with `tag`, in order.
+
+    None when the message holds something this scanner does not walk (deprecated groups), so that the
+    caller falls back to serializing the parsed message.
+    """
+    found: list[bytes] = []
+    pos, end = 0, len(data)
+    while pos < end:
+        key, pos = _read_varint(data, pos)
+        wire_type = key & 7
+        if wire_type == _LENGTH:
+            size, pos = _read_varint(data, pos)
+            if key == tag:
+                found.append(data[pos : pos + size])
+            pos += size
+        elif wire_type == _VARINT:
+            _, pos = _read_varint(data, pos)
+        elif wire_type == _FIXED64:
+            pos += 8
+        elif wire_type == _FIXED32:
+            pos += 4
+        else:
+            return None
+    return found
+
+
+@dataclass
+class PutExperiencesWire:
+    """A parsed PutExperiencesRequest with each experience's bytes as sent (`payloads[i]` is `experiences[i]`)."""
+
+    request: buffer_pb2.PutExperiencesRequest
+    payloads: list[bytes] | None
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> PutExperiencesWire:
+        request = buffer_pb2.PutExperiencesRequest.FromString(data)  # raises on malformed input, like grpc would
+        payloads = field_slices(data, _PUT_EXPERIENCES)
+        if payloads is not None and len(payloads) != len(request.experiences):
+            payloads = None
+        return cls(request, payloads)
+
+
+def _identity(data: bytes) -> bytes:
+    return data
+
+
+class _CaptureHandlers:
+    """Stands in for a grpc.Server to collect the generated code's method handlers."""
+
+    def __init__(self) -> None:
+        self.service = ""
+        self.handlers: dict[str, grpc.RpcMethodHandler] = {}
+
+    def add_generic_rpc_handlers(self, _handlers: Any) -> None:
+        pass
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+        self.service, self.handlers = service, dict(handlers)
+
+
+def add_buffer_servicer_to_server(servicer: buffer_pb2_grpc.BufferServiceServicer, server: grpc.Server) -> None:
+    """The generated registration, except PutExperiences takes raw bytes and ReadExperiences sends raw bytes.
+
+    The servicer's PutExperiences then receives a `PutExperiencesWire` and its ReadExperiences returns
+    the encoded reply (`encode_read_response`). Clients see the unchanged contract.
+    """
+    capture = _CaptureHandlers()
+    buffer_pb2_grpc.add_BufferServiceServicer_to_server(servicer, capture)  # type: ignore[arg-type]
+    overrides: dict[str, tuple[Callable[..., Any], Callable[[bytes], Any], Callable[[Any], bytes]]] = {
+        "PutExperiences": (
+            servicer.PutExperiences,
+            PutExperiencesWire.from_bytes,
+            buffer_pb2.PutExperiencesResponse.SerializeToString,
+        ),
+        "ReadExperiences": (servicer.ReadExperiences, buffer_pb2.ReadExperiencesRequest.FromString, _identity),
+    }
+    for name, (behavior, deserialize, serialize) in overrides.items():
+        capture.handlers[name] = grpc.unary_unary_rpc_method_handler(
+            behavior, request_deserializer=deserialize, response_serializer=serialize
+        )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(capture.service, capture.handlers),))
+    server.add_registered_method_handlers(capture.service, capture.handlers)
