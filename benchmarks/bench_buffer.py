@@ -3,6 +3,10 @@
 Both sides move the same realistic experiences (200 prompt tokens, 1k response tokens with log-probs
 and an action mask) and both pay for protobuf serialization: the raw producer serializes, the raw
 consumer parses, as a trainer reading Redis directly would. Ratio = buffer / raw throughput.
+
+Wall-clock ratios swing with whatever else the machine runs, so each side also reports the CPU it
+used, summed over every process on the path (this client, the Buffer process, redis-server):
+`ratio_cpu_round_trip` = raw CPU / buffer CPU per experience is the steadier figure on a shared machine.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -39,6 +44,35 @@ def _experience(i: int) -> common_pb2.Experience:
         action_mask=[True] * RESPONSE_TOKENS,
         reward=float(i % 2),
     )
+
+
+class CpuMeter:
+    """CPU seconds used by this process, the Buffer process and redis-server since the last `lap()`."""
+
+    def __init__(self, redis_client: redis.Redis, buffer_pid: int) -> None:
+        self.redis_client = redis_client
+        self.buffer_pid = buffer_pid
+        self._last = self._read()
+
+    def _read(self) -> tuple[float, float, float]:
+        info = self.redis_client.info("cpu")
+        redis_cpu = float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+        return time.process_time(), _process_cpu(self.buffer_pid), redis_cpu
+
+    def lap(self) -> dict[str, float]:
+        now = self._read()
+        client, buffer, server = (b - a for a, b in zip(self._last, now, strict=True))
+        self._last = now
+        return {"client": client, "buffer": buffer, "redis": server, "total": client + buffer + server}
+
+
+def _process_cpu(pid: int) -> float:
+    """utime + stime of another process (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _raw(client: redis.Redis, experiences: list[common_pb2.Experience], batch: int) -> dict[str, Any]:
@@ -92,6 +126,10 @@ def _buffer(address: str, experiences: list[common_pb2.Experience], batch: int) 
     return _summary(len(experiences), put_seconds, read_seconds, put_lat, read_lat)
 
 
+def _least_cpu(runs: list[dict[str, Any]]) -> float:
+    return min(r["cpu_s"]["total"] for r in runs)
+
+
 def _summary(n: int, put_s: float, read_s: float, put_lat: list[float], read_lat: list[float]) -> dict[str, Any]:
     return {
         "experiences": n,
@@ -122,11 +160,13 @@ def run(quick: bool = False) -> dict[str, Any]:
             address = f"127.0.0.1:{port}"
             wait_until_serving(address, timeout=60)
             client = redis.Redis.from_url(server.url)
+            meter = CpuMeter(client, buffer.pid)
             # Alternate the two so that machine noise hits both alike; keep the best of each.
             raw_runs, buffer_runs = [], []
             for _ in range(repeats):
-                raw_runs.append(_raw(client, experiences, batch))
-                buffer_runs.append(_buffer(address, experiences, batch))
+                meter.lap()
+                raw_runs.append({**_raw(client, experiences, batch), "cpu_s": meter.lap()})
+                buffer_runs.append({**_buffer(address, experiences, batch), "cpu_s": meter.lap()})
                 client.flushall()
         finally:
             buffer.terminate()
@@ -141,6 +181,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         "ratio_round_trip": buf["round_trip_per_s"] / raw["round_trip_per_s"],
         "ratio_put": buf["put_per_s"] / raw["put_per_s"],
         "ratio_read_ack": buf["read_ack_per_s"] / raw["read_ack_per_s"],
+        "ratio_cpu_round_trip": _least_cpu(raw_runs) / _least_cpu(buffer_runs),
         "target_ratio": 0.5,
     }
     write_result("buffer", result)

@@ -7,6 +7,8 @@ them again costs as much as the Redis work itself, so the two hot RPCs skip that
   bytes are also sliced out of the request as the client sent them; those bytes go to Redis.
 - ReadExperiences: the reply's wire bytes are assembled around the stored bytes, never parsed.
 
+(BufferClient.put does the same on its side: it assembles the request from each experience's bytes.)
+
 Wire format (https://protobuf.dev/programming-guides/encoding/): a field is a varint tag
 `(field_number << 3) | wire_type`, then a varint (type 0), 8 bytes (type 1), 4 bytes (type 5), or a
 varint length and that many bytes (type 2: strings, bytes, sub-messages, packed repeated fields).
@@ -24,12 +26,11 @@ from trinity.v1 import buffer_pb2, buffer_pb2_grpc
 
 _VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
 
-# ReadExperiencesResponse / DeliveredExperience field tags (field_number << 3 | wire_type).
-_ITEMS = 1 << 3 | _LENGTH
-_DROPPED_STALE, _RECLAIMED, _DEAD_LETTERED = 2 << 3, 3 << 3, 4 << 3
-_ENTRY_ID, _DELIVERY_COUNT, _EXPERIENCE = 1 << 3 | _LENGTH, 2 << 3, 3 << 3 | _LENGTH
-# PutExperiencesRequest.experiences
-_PUT_EXPERIENCES = 2 << 3 | _LENGTH
+# Field keys, (field_number << 3) | wire_type, as the single bytes they encode to.
+_ITEMS = b"\x0a"  # ReadExperiencesResponse.items (1, length-delimited)
+_COUNTERS = (b"\x10", b"\x18", b"\x20")  # .dropped_stale (2), .reclaimed (3), .dead_lettered (4): varints
+_ENTRY_ID, _DELIVERY_COUNT, _EXPERIENCE = b"\x0a", b"\x10", b"\x1a"  # DeliveredExperience 1, 2, 3
+_PUT_EXPERIENCES = 2 << 3 | _LENGTH  # PutExperiencesRequest.experiences
 
 
 def varint(value: int) -> bytes:
@@ -74,24 +75,25 @@ def encode_read_response(
     parts: list[bytes] = []
     for entry in entries:
         entry_id = entry.entry_id.encode()
-        head = bytes((_ENTRY_ID,)) + varint(len(entry_id)) + entry_id
+        head = _ENTRY_ID + varint(len(entry_id)) + entry_id
         if entry.deliveries:
-            head += bytes((_DELIVERY_COUNT,)) + varint(entry.deliveries)
-        head += bytes((_EXPERIENCE,)) + varint(len(entry.payload))
-        parts += (bytes((_ITEMS,)), varint(len(head) + len(entry.payload)), head, entry.payload)
-    for tag, value in ((_DROPPED_STALE, dropped_stale), (_RECLAIMED, reclaimed), (_DEAD_LETTERED, dead_lettered)):
+            head += _DELIVERY_COUNT + varint(entry.deliveries)
+        head += _EXPERIENCE + varint(len(entry.payload))
+        parts += (_ITEMS, varint(len(head) + len(entry.payload)), head, entry.payload)
+    for key, value in zip(_COUNTERS, (dropped_stale, reclaimed, dead_lettered), strict=True):
         if value:
-            parts += (bytes((tag,)), varint(value))
+            parts += (key, varint(value))
     return b"".join(parts)
 
 
-def field_slices(data: bytes, tag: int) -> list[bytes] | None:
-    """The payloads of every length-delimited top-level field with `tag`, in order.
+def field_slices(data: bytes, tag: int) -> list[memoryview] | None:
+    """The payloads of every length-delimited top-level field with `tag`, in order (views, not copies).
 
     None when the message holds something this scanner does not walk (deprecated groups), so that the
     caller falls back to serializing the parsed message.
     """
-    found: list[bytes] = []
+    found: list[memoryview] = []
+    view = memoryview(data)
     pos, end = 0, len(data)
     while pos < end:
         key, pos = _read_varint(data, pos)
@@ -99,7 +101,7 @@ def field_slices(data: bytes, tag: int) -> list[bytes] | None:
         if wire_type == _LENGTH:
             size, pos = _read_varint(data, pos)
             if key == tag:
-                found.append(data[pos : pos + size])
+                found.append(view[pos : pos + size])
             pos += size
         elif wire_type == _VARINT:
             _, pos = _read_varint(data, pos)
@@ -117,7 +119,7 @@ class PutExperiencesWire:
     """A parsed PutExperiencesRequest with each experience's bytes as sent (`payloads[i]` is `experiences[i]`)."""
 
     request: buffer_pb2.PutExperiencesRequest
-    payloads: list[bytes] | None
+    payloads: list[memoryview] | None
 
     @classmethod
     def from_bytes(cls, data: bytes) -> PutExperiencesWire:

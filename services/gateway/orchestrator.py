@@ -31,7 +31,7 @@ EVAL_EPOCHS = 1_000_000
 
 def roles_for(config: RunConfig) -> dict[str, int]:
     """How many instances of each role a run's mode needs."""
-    explorers = config.explorer.num_workers if config.mode in ("both", "explore", "bench") else 0
+    explorers = config.explorer.num_workers if config.mode in ("both", "explore", "bench", "serve") else 0
     trainers = 1 if config.mode in ("both", "train") else 0
     return {ROLE_EXPLORER: explorers, ROLE_TRAINER: trainers}
 

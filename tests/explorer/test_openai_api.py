@@ -83,8 +83,9 @@ def test_feedback_puts_each_call_with_exact_tokens_logprobs_and_reward(
         chat = f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
         assert list(exp.prompt_token_ids) == tokenizer.encode(chat, add_special_tokens=False)
         assert len(exp.response_token_ids) == reply["usage"]["completion_tokens"]
-        assert tokenizer.decode(list(exp.response_token_ids), skip_special_tokens=True) == (
-            reply["choices"][0]["message"]["content"]
+        assert (
+            tokenizer.decode(list(exp.response_token_ids), skip_special_tokens=True)
+            == (reply["choices"][0]["message"]["content"])
         )
         expected = hf_logprobs(hf_model, list(exp.prompt_token_ids), list(exp.response_token_ids))
         assert list(exp.logprobs) == pytest.approx(expected, abs=1e-4)
@@ -100,7 +101,9 @@ def test_feedback_group_id_groups_sessions(app: Any, stream: tuple[BufferClient,
     client = TestClient(app)
     for sid in ("a", "b"):
         _chat(client, "q", sid)
-        assert client.post("/feedback", json={"session_id": sid, "reward": 1.0, "group_id": "task-7"}).status_code == 200
+        assert (
+            client.post("/feedback", json={"session_id": sid, "reward": 1.0, "group_id": "task-7"}).status_code == 200
+        )
     exps = buffer.read(name, "reader", 10).experiences
     assert sorted(e.episode_id for e in exps) == ["a", "b"] and {e.group_id for e in exps} == {"task-7"}
 
@@ -182,7 +185,10 @@ def test_tools_go_into_the_system_prompt_when_the_template_ignores_them(tokenize
     text = render_chat(tokenizer, messages, [TOOL])
     assert text.startswith("<|im_start|>system\nFunctions you may call:\n<tools>\n")
     assert json.dumps(TOOL, separators=(",", ":")) in text
-    assert '<|im_start|>assistant\n<tool_call>\n{"name": "calculator", "arguments": {"expression": "2*3"}}\n</tool_call>' in text
+    assert (
+        '<|im_start|>assistant\n<tool_call>\n{"name": "calculator", "arguments": {"expression": "2*3"}}\n</tool_call>'
+        in text
+    )
     assert text.endswith("<|im_start|>tool\n6<|im_end|>\n<|im_start|>assistant\n")
 
 

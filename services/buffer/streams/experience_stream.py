@@ -49,7 +49,7 @@ class ExperienceStream:
         self.config = config
         self.keys = StreamKeys(config.name)
         self._put = client.register_script(scripts.PUT)
-        self._read = client.register_script(scripts.READ)
+        self._reclaim = client.register_script(scripts.RECLAIM)
         self._ack = client.register_script(scripts.ACK)
         self._replay = client.register_script(scripts.REPLAY)
 
@@ -81,9 +81,9 @@ class ExperienceStream:
         ctx: OperatorContext | None = None,
         *,
         apply_stream_operators: bool = True,
-        payloads: Sequence[bytes] | None = None,
+        payloads: Sequence[bytes | memoryview] | None = None,
     ) -> PutResult:
-        """Operators, then dedupe by experience id, then append; one round trip for the whole batch.
+        """Operators, then dedupe by experience id, then append, atomically for the whole batch.
 
         `payloads[i]`, when given, is `experiences[i]` serialized (as the client sent it); it is stored
         instead of serializing again, unless operators ran (they may change what they keep).
@@ -98,24 +98,63 @@ class ExperienceStream:
         if not kept:
             return result
         if payloads is None:
-            payloads = [e.SerializeToString() for e in kept]
-        now_ms = int(time.time() * 1000)
-        args: list[bytes | str | int] = [
-            now_ms,
-            int(self.config.dedupe_ttl_seconds * 1000),
-            1 if self.config.priority_replay.enabled else 0,
-        ]
-        for e, payload in zip(kept, payloads, strict=True):
-            args += (e.id, e.model_version, payload)
-        keys = [self.keys.stream, self.keys.seen, self.keys.stats, self.keys.priority]
-        accepted, duplicates, entry_ids = self._put(keys=keys, args=args)
-        result.accepted = int(accepted)
-        result.entry_ids = [_text(x) for x in entry_ids]
+            payloads = [e.SerializeToString() for e in kept]  # type: ignore[assignment]
+        appended = None if self.config.priority_replay.enabled else self._append_optimistic(kept, payloads)
+        if appended is None:
+            appended = self._append_scripted(kept, payloads)
+        accepted, duplicates, result.entry_ids = appended
+        result.accepted = accepted
         if duplicates:
-            result.dropped["duplicate"] += int(duplicates)
+            result.dropped["duplicate"] += duplicates
         if self.config.max_len and self.client.xlen(self.keys.stream) > self.config.max_len * 1.1:
             self.trim()
         return result
+
+    def _append_optimistic(
+        self, experiences: Sequence[common_pb2.Experience], payloads: Sequence[bytes | memoryview]
+    ) -> tuple[int, int, list[str]] | None:
+        """Dedupe and append in one MULTI, valid only if no other put touched the seen-set meanwhile
+        (WATCH); None when one did, and the caller falls back to the PUT script."""
+        now_ms = int(time.time() * 1000)
+        expired_before = now_ms - int(self.config.dedupe_ttl_seconds * 1000)
+        with self.client.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(self.keys.seen)
+                scores = pipe.zmscore(self.keys.seen, [e.id for e in experiences])
+                fresh: dict[str, tuple[int, bytes | memoryview]] = {}  # first occurrence of each id not seen before
+                for e, payload, score in zip(experiences, payloads, scores, strict=True):
+                    if (score is None or score <= expired_before) and e.id not in fresh:
+                        fresh[e.id] = (e.model_version, payload)
+                duplicates = len(experiences) - len(fresh)
+                pipe.multi()
+                pipe.zremrangebyscore(self.keys.seen, "-inf", expired_before)
+                if fresh:
+                    pipe.zadd(self.keys.seen, dict.fromkeys(fresh, now_ms))
+                for experience_id, (version, payload) in fresh.items():
+                    pipe.xadd(self.keys.stream, {"id": experience_id, "v": version, "d": payload})
+                if fresh:
+                    pipe.hincrby(self.keys.stats, "put", len(fresh))
+                if duplicates:
+                    pipe.hincrby(self.keys.stats, "dropped:duplicate", duplicates)
+                replies = pipe.execute()
+            except redis.WatchError:
+                return None
+        first = 2 if fresh else 1
+        return len(fresh), duplicates, [_text(x) for x in replies[first : first + len(fresh)]]
+
+    def _append_scripted(
+        self, experiences: Sequence[common_pb2.Experience], payloads: Sequence[bytes | memoryview]
+    ) -> tuple[int, int, list[str]]:
+        args: list[bytes | memoryview | str | int] = [
+            int(time.time() * 1000),
+            int(self.config.dedupe_ttl_seconds * 1000),
+            1 if self.config.priority_replay.enabled else 0,
+        ]
+        for e, payload in zip(experiences, payloads, strict=True):
+            args += (e.id, e.model_version, payload)
+        keys = [self.keys.stream, self.keys.seen, self.keys.stats, self.keys.priority]
+        accepted, duplicates, entry_ids = self._put(keys=keys, args=args)
+        return int(accepted), int(duplicates), [_text(x) for x in entry_ids]
 
     # ---- read ------------------------------------------------------------------------------------
 
@@ -123,38 +162,65 @@ class ExperienceStream:
         """Reclaimed entries first, then new ones; if none and `block_ms` > 0, wait for an append."""
         if self.config.priority_replay.enabled:
             return self._read_replay(batch_size, min_model_version)
-        result, last_id = self._read_once(consumer, batch_size, min_model_version)
-        # Scripts cannot block: wait here for anything appended after what the script saw.
+        result = self._read_once(consumer, batch_size, min_model_version)
+        # Wait for anything after the group's last-delivered id: exactly what the group has not consumed.
         if (
             not result.entries
             and block_ms > 0
-            and self.client.xread({self.keys.stream: last_id}, count=1, block=block_ms)
+            and self.client.xread({self.keys.stream: self._last_delivered_id()}, count=1, block=block_ms)
         ):
-            again, _ = self._read_once(consumer, batch_size, min_model_version)
+            again = self._read_once(consumer, batch_size, min_model_version)
             again.dropped_stale += result.dropped_stale
             again.dead_lettered += result.dead_lettered
             return again
         return result
 
-    def _read_once(self, consumer: str, batch_size: int, min_model_version: int) -> tuple[ReadResult, bytes]:
-        rows, stale, reclaimed, dead, last_id = self._read(
+    def _read_once(self, consumer: str, batch_size: int, min_model_version: int) -> ReadResult:
+        """RECLAIM (ids only), then XREADGROUP for the rest; payloads come straight from Redis.
+
+        Not one atomic step, and need not be: whatever a crash leaves between the steps is pending
+        under this consumer and is reclaimed (and its staleness judged) later.
+        """
+        claimed, dead = self._reclaim(
             keys=[self.keys.stream, self.keys.dead_letters, self.keys.stats],
-            args=[
-                self.config.group,
-                consumer,
-                self.config.claim_idle_ms,
-                batch_size,
-                self.config.max_deliveries,
-                min_model_version,
-            ],
+            args=[self.config.group, consumer, self.config.claim_idle_ms, batch_size, self.config.max_deliveries],
         )
-        result = ReadResult(
-            entries=[DeliveredEntry(_text(eid), int(n), payload) for eid, n, payload in rows],
-            dropped_stale=int(stale),
-            reclaimed=int(reclaimed),
-            dead_lettered=int(dead),
-        )
-        return result, last_id
+        result = ReadResult(dead_lettered=int(dead))
+        stale: list[bytes | str] = []
+
+        def take(entry_id: bytes | str, deliveries: int, fields: dict | list) -> None:
+            values = _fields(fields)
+            if int(values.get(b"v", 0)) < min_model_version:
+                stale.append(entry_id)
+            else:
+                result.entries.append(DeliveredEntry(_text(entry_id), deliveries, values[b"d"]))
+
+        if claimed:
+            pipe = self.client.pipeline(transaction=False)
+            for entry_id, _ in claimed:
+                pipe.xrange(self.keys.stream, entry_id, entry_id)
+            for (entry_id, deliveries), rows in zip(claimed, pipe.execute(), strict=True):
+                if rows:  # an entry deleted since (trim) has nothing left to deliver
+                    take(entry_id, int(deliveries), rows[0][1])
+            result.reclaimed = len(result.entries)
+        while len(result.entries) < batch_size:
+            asked = batch_size - len(result.entries)
+            rows = _stream_rows(
+                self.client.xreadgroup(self.config.group, consumer, {self.keys.stream: ">"}, count=asked)
+            )
+            for entry_id, fields in rows:
+                take(entry_id, 1, fields)
+            if len(rows) < asked:
+                break
+        pipe = self.client.pipeline(transaction=False)
+        if stale:
+            pipe.xack(self.keys.stream, self.config.group, *stale)
+            pipe.hincrby(self.keys.stats, "dropped:stale", len(stale))
+        if result.entries:
+            pipe.hincrby(self.keys.stats, "delivered", len(result.entries))
+        pipe.execute()
+        result.dropped_stale = len(stale)
+        return result
 
     def _read_replay(self, batch_size: int, min_model_version: int) -> ReadResult:
         replay = self.config.priority_replay
@@ -205,6 +271,12 @@ class ExperienceStream:
         if safe is not None and _id_key(safe) < _id_key(cutoff):
             cutoff = safe
         return int(self.client.xtrim(self.keys.stream, minid=cutoff, approximate=False))
+
+    def _last_delivered_id(self) -> str:
+        for group in self.client.xinfo_groups(self.keys.stream):
+            if _text(group["name"]) == self.config.group:
+                return _text(group["last-delivered-id"])
+        return "0-0"
 
     def _oldest_unacknowledged(self) -> str | None:
         """The smallest entry id the group has not acknowledged: pending ones and undelivered ones."""
@@ -266,6 +338,15 @@ def _fields(fields: dict | list) -> dict[bytes, bytes]:
     if isinstance(fields, dict):
         return fields
     return {fields[i]: fields[i + 1] for i in range(0, len(fields), 2)}
+
+
+def _stream_rows(reply: dict | list | None) -> list:
+    """The [entry_id, fields] rows of a one-stream XREAD/XREADGROUP reply (RESP2 list or RESP3 map)."""
+    if not reply:
+        return []
+    if isinstance(reply, dict):
+        return list(next(iter(reply.values())))
+    return list(reply[0][1])
 
 
 def _id_key(entry_id: str) -> tuple[int, int]:

@@ -1,4 +1,11 @@
-"""Lua scripts: each runs atomically inside Redis, so check-then-act steps cannot interleave."""
+"""Lua scripts: each runs atomically inside Redis, so check-then-act steps cannot interleave.
+
+Moving a payload through Lua costs far more than the command itself (each argument and each reply
+becomes a Lua string: measured 0.8 ms of Redis time to pass 64 x 7.4 KB into a script that does
+nothing, against 0.3 ms for MULTI with the 64 XADDs). So the hot paths keep payloads out of Lua:
+RECLAIM handles entry ids only, reads take payloads with a plain XREADGROUP, and puts go through an
+optimistic MULTI (see ExperienceStream.put); PUT serves puts that lost that race, and priority replay.
+"""
 
 # KEYS: stream, seen, stats, priority   ARGV: now_ms, ttl_ms, replay(0|1), then (id, version, payload)*
 PUT = """
@@ -23,59 +30,37 @@ if duplicates > 0 then redis.call('HINCRBY', KEYS[3], 'dropped:duplicate', dupli
 return {accepted, duplicates, entry_ids}
 """
 
-# One round trip for a whole read: reclaim entries idle past min_idle from any consumer (a dead one),
-# dead-letter the over-delivered, then take new entries; stale ones are acknowledged and counted.
-# KEYS: stream, dead_letters, stats
-# ARGV: group, consumer, min_idle_ms, count, max_deliveries, min_version
-# Returns {{entry_id, deliveries, payload}*, stale, reclaimed, dead_lettered, last_entry_id}
-READ = """
+# Take over entries idle past min_idle from any consumer (a dead one), by id only: JUSTID moves
+# ownership without touching the delivery counter, so it is set here to the delivery about to happen.
+# Entries past max_deliveries move to the dead-letter stream instead. Payloads never enter Lua except
+# for the (rare) dead-lettered entries.
+# KEYS: stream, dead_letters, stats   ARGV: group, consumer, min_idle_ms, count, max_deliveries
+# Returns {{entry_id, deliveries}*, dead_lettered}
+RECLAIM = """
 local group, consumer = ARGV[1], ARGV[2]
-local want, max_deliveries, min_version = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local out, stale_ids, dead, reclaimed = {}, {}, 0, 0
-local function take(entry_id, deliveries, fields)
-  local version, payload = 0, nil
-  for i = 1, #fields, 2 do
-    if fields[i] == 'v' then version = tonumber(fields[i + 1]) elseif fields[i] == 'd' then payload = fields[i + 1] end
-  end
-  if version < min_version then
-    stale_ids[#stale_ids + 1] = entry_id
-    return false
-  end
-  out[#out + 1] = {entry_id, deliveries, payload}
-  return true
-end
-local claimed = redis.call('XAUTOCLAIM', KEYS[1], group, consumer, ARGV[3], '0-0', 'COUNT', want)
-for _, entry in ipairs(claimed[2]) do
-  local entry_id, fields = entry[1], entry[2]
+local max_deliveries = tonumber(ARGV[5])
+local out, dead = {}, 0
+local claimed = redis.call('XAUTOCLAIM', KEYS[1], group, consumer, ARGV[3], '0-0', 'COUNT', ARGV[4], 'JUSTID')
+for _, entry_id in ipairs(claimed[2]) do
   local pending = redis.call('XPENDING', KEYS[1], group, entry_id, entry_id, 1)
-  local deliveries = pending[1] and pending[1][4] or 1
+  local deliveries = (pending[1] and pending[1][4] or 0) + 1
   if deliveries > max_deliveries then
+    local rows = redis.call('XRANGE', KEYS[1], entry_id, entry_id)
     local dlq_fields = {'entry', entry_id, 'deliveries', deliveries}
-    for i = 1, #fields do dlq_fields[#dlq_fields + 1] = fields[i] end
+    if rows[1] then
+      for _, value in ipairs(rows[1][2]) do dlq_fields[#dlq_fields + 1] = value end
+    end
     redis.call('XADD', KEYS[2], '*', unpack(dlq_fields))
     redis.call('XACK', KEYS[1], group, entry_id)
     redis.call('XDEL', KEYS[1], entry_id)
     dead = dead + 1
-  elseif take(entry_id, deliveries, fields) then
-    reclaimed = reclaimed + 1
+  else
+    redis.call('XCLAIM', KEYS[1], group, consumer, 0, entry_id, 'RETRYCOUNT', deliveries, 'JUSTID')
+    out[#out + 1] = {entry_id, deliveries}
   end
 end
-while #out < want do
-  local asked = want - #out
-  local reply = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', asked, 'STREAMS', KEYS[1], '>')
-  if not reply then break end
-  local rows = reply[1][2]
-  for _, row in ipairs(rows) do take(row[1], 1, row[2]) end
-  if #rows < asked then break end
-end
-for i = 1, #stale_ids, 1000 do
-  redis.call('XACK', KEYS[1], group, unpack(stale_ids, i, math.min(i + 999, #stale_ids)))
-end
-if #stale_ids > 0 then redis.call('HINCRBY', KEYS[3], 'dropped:stale', #stale_ids) end
-if #out > 0 then redis.call('HINCRBY', KEYS[3], 'delivered', #out) end
 if dead > 0 then redis.call('HINCRBY', KEYS[3], 'dead_lettered', dead) end
-local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
-return {out, #stale_ids, reclaimed, dead, last[1] and last[1][1] or '0-0'}
+return {out, dead}
 """
 
 # KEYS: stream, stats   ARGV: group, entry ids...

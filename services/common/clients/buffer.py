@@ -40,6 +40,10 @@ class BufferClient:
         self.timeout = timeout
         self._channel = open_channel(target, token=token)
         self._stub = buffer_pb2_grpc.BufferServiceStub(self._channel)
+        # Puts send bytes assembled by `_put_request_bytes` (see there); the reply is parsed as usual.
+        self._put_encoded = self._channel.unary_unary(
+            _PUT_METHOD, request_serializer=None, response_deserializer=buffer_pb2.PutExperiencesResponse.FromString
+        )
 
     def close(self) -> None:
         self._channel.close()
@@ -91,8 +95,8 @@ class BufferClient:
         return self._call("GetStream", buffer_pb2.GetStreamRequest(name=name))  # type: ignore[return-value]
 
     def put(self, stream: str, experiences: Sequence[common_pb2.Experience]) -> buffer_pb2.PutExperiencesResponse:
-        request = buffer_pb2.PutExperiencesRequest(stream=stream, experiences=experiences)
-        return self._call("PutExperiences", request)  # type: ignore[return-value]
+        request = _put_request_bytes(stream, experiences)
+        return call_with_retry(lambda: self._put_encoded(request, timeout=self.timeout))  # type: ignore[no-any-return]
 
     def read(
         self, stream: str, consumer: str, batch_size: int, *, block_ms: int = 0, min_model_version: int = 0
@@ -138,6 +142,35 @@ class BufferClient:
 
     def status(self) -> common_pb2.ServiceStatus:
         return self._call("GetStatus", common_pb2.GetStatusRequest())  # type: ignore[return-value]
+
+
+_PUT_METHOD = "/{}/PutExperiences".format(buffer_pb2.DESCRIPTOR.services_by_name["BufferService"].full_name)
+_EXPERIENCES_TAG = b"\x12"  # PutExperiencesRequest.experiences: field 2, length-delimited
+
+
+def _put_request_bytes(stream: str, experiences: Sequence[common_pb2.Experience]) -> bytes:
+    """The serialized PutExperiencesRequest, built from each experience's own serialization.
+
+    Equal to `PutExperiencesRequest(stream=..., experiences=...).SerializeToString()`, at half the
+    cost: building that message deep-copies every experience before serializing it all again. (The
+    Buffer's own wire helpers live in `trinity.buffer.wire`, which clients must not import.)
+    """
+    name = stream.encode()
+    parts = [b"\x0a", _varint(len(name)), name] if name else []
+    for experience in experiences:
+        payload = experience.SerializeToString()
+        parts += (_EXPERIENCES_TAG, _varint(len(payload)), payload)
+    return b"".join(parts)
+
+
+def _varint(value: int) -> bytes:
+    """Protobuf base-128 varint of a non-negative int (a length here)."""
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def is_status(err: BaseException, code: grpc.StatusCode) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -267,4 +268,18 @@ def _resolve_paths(config: RunConfig, base: Path) -> RunConfig:
     model = config.model
     if model.path != "smollm2" and not Path(model.path).is_absolute() and (base / model.path).exists():
         model = model.model_copy(update={"path": str((base / model.path).resolve())})
-    return config.model_copy(update={"buffer": buffer.model_copy(update=updates), "model": model})
+    stages = tuple(_resolve_overlay_paths(overlay, fix) for overlay in config.stages)
+    return config.model_copy(update={"buffer": buffer.model_copy(update=updates), "model": model, "stages": stages})
+
+
+def _resolve_overlay_paths(overlay: dict[str, Any], fix: Any) -> dict[str, Any]:
+    """The same for a stage overlay (plain dicts): data paths in it are relative to the config file."""
+    out = json.loads(json.dumps(overlay))
+    buffer = out.get("buffer") or {}
+    for key in ("taskset", "offline_data"):
+        if isinstance(buffer.get(key), dict) and "path" in buffer[key]:
+            buffer[key]["path"] = fix(buffer[key]["path"])
+    for section in buffer.get("eval_tasksets") or []:
+        if isinstance(section, dict) and "path" in section:
+            section["path"] = fix(section["path"])
+    return out

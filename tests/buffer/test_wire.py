@@ -1,0 +1,146 @@
+"""The wire-level passthrough: what clients receive parses to exactly what they stored."""
+
+from __future__ import annotations
+
+import redis
+
+from trinity.buffer.keys import StreamKeys
+from trinity.buffer.streams.experience_stream import DeliveredEntry, ExperienceStream
+from trinity.buffer.wire import PutExperiencesWire, encode_read_response, field_slices, varint
+from trinity.clients import BufferClient
+from trinity.clients.buffer import _put_request_bytes
+from trinity.config import StreamConfig
+from trinity.v1 import buffer_pb2, common_pb2
+
+
+def full_experience(id: str = "exp-1", tokens: int = 300) -> common_pb2.Experience:
+    """Every field of Experience set to a non-default value (checked below, so new fields are not missed)."""
+    return common_pb2.Experience(
+        id=id,
+        kind=common_pb2.EXPERIENCE_KIND_ROLLOUT,
+        run_id="run-7",
+        taskset="math",
+        task_id="math/12",
+        group_id="g-3",
+        model_version=2**40,  # needs a multi-byte varint
+        prompt_token_ids=[0, 1, 127, 128, 2**31 - 1, -1],
+        response_token_ids=list(range(tokens)),
+        logprobs=[-0.25] * tokens,
+        action_mask=[t % 3 != 0 for t in range(tokens)],
+        token_rewards=[0.5] * tokens,
+        teacher_logprobs=[-0.75] * tokens,
+        reward=0.875,
+        reward_components={"format": 1.0, "accuracy": 0.75},
+        metrics={"length": 300.0},
+        info={"source": "unit test", "ünïcode": "✓"},
+        prompt_text="What is 2+2?",
+        response_text="4",
+        messages=[common_pb2.ChatMessage(role="user", content="hi", name="n")],
+        preference=common_pb2.Preference(rejected_token_ids=[5, 6], rejected_text="5"),
+        episode_id="ep-1",
+        step_index=3,
+        state_key="s0",
+        finish_reason="stop",
+        failed=True,
+        error="reward raised",
+        created_unix_ms=1_700_000_000_000,
+    )
+
+
+def test_the_full_experience_sets_every_field():
+    every = {f.name for f in common_pb2.Experience.DESCRIPTOR.fields}
+    assert {f.name for f, _ in full_experience().ListFields()} == every
+
+
+def test_varint_matches_protobuf_for_edge_values():
+    for value in (1, 127, 128, 300, 16_383, 16_384, 2**31 - 1, 2**63 - 1, -1, -(2**63)):
+        encoded = common_pb2.Experience(model_version=value).SerializeToString()  # int64 field 7
+        assert encoded == b"\x38" + varint(value)
+    assert varint(0) == b"\x00"
+
+
+def test_encoded_read_response_parses_to_the_message_built_field_by_field():
+    stored = [full_experience("a"), full_experience("b", tokens=3000), common_pb2.Experience(id="tiny")]
+    entries = [
+        DeliveredEntry("1700000000000-0", 1, stored[0].SerializeToString()),
+        DeliveredEntry("9" * 200, 300, stored[1].SerializeToString()),  # id > 127 bytes, payload > 16 KB
+        DeliveredEntry("1-1", 0, stored[2].SerializeToString()),
+    ]
+    encoded = encode_read_response(entries, dropped_stale=2, reclaimed=129, dead_lettered=0)
+    expected = buffer_pb2.ReadExperiencesResponse(dropped_stale=2, reclaimed=129)
+    for entry, experience in zip(entries, stored, strict=True):
+        expected.items.add(entry_id=entry.entry_id, delivery_count=entry.deliveries, experience=experience)
+    assert buffer_pb2.ReadExperiencesResponse.FromString(encoded) == expected
+    assert encoded == expected.SerializeToString()  # byte-identical to protobuf's own encoding here
+
+
+def test_an_empty_read_encodes_to_an_empty_message():
+    assert encode_read_response([]) == b""
+
+
+def test_put_request_payloads_are_each_experience_as_sent():
+    sent = [full_experience("a"), full_experience("b", tokens=5)]
+    data = buffer_pb2.PutExperiencesRequest(stream="s", experiences=sent).SerializeToString()
+    wire = PutExperiencesWire.from_bytes(data)
+    assert list(wire.request.experiences) == sent
+    assert wire.payloads is not None
+    assert [bytes(p) for p in wire.payloads] == [e.SerializeToString() for e in sent]
+
+
+def test_field_slices_skip_fields_of_every_wire_type_and_give_up_on_groups():
+    unknown = b"\x98\x06\x05" + b"\xa1\x06" + bytes(8) + b"\xad\x06" + bytes(4) + b"\xa2\x06\x02hi"
+    data = b"\x0a\x01s" + unknown + b"\x12\x03abc" + b"\x12\x00"
+    assert [bytes(p) for p in field_slices(data, 0x12) or []] == [b"abc", b""]
+    assert field_slices(b"\xa3\x06\xa4\x06", 0x12) is None  # start/end group: not walked
+
+
+def test_client_put_bytes_equal_the_generated_serialization():
+    sent = [full_experience("a"), full_experience("b", tokens=0)]
+    expected = buffer_pb2.PutExperiencesRequest(stream="stream-ü", experiences=sent).SerializeToString()
+    assert _put_request_bytes("stream-ü", sent) == expected
+    assert _put_request_bytes("", []) == b""
+
+
+def test_through_the_buffer_the_client_reads_exactly_the_bytes_it_put(buffer_service, redis_server, unique):
+    sent = [full_experience("a"), full_experience("b", tokens=4000)]
+    with BufferClient(buffer_service.address) as client:
+        client.create_stream(StreamConfig(name=unique))
+        assert client.put(unique, sent).accepted == 2
+        batch = client.read(unique, "c", 10)
+    assert batch.experiences == sent
+    stored = redis.Redis.from_url(redis_server.url).xrange(StreamKeys(unique).stream)
+    assert [fields[b"d"] for _, fields in stored] == [e.SerializeToString() for e in sent]
+    assert [e.SerializeToString() for e in batch.experiences] == [fields[b"d"] for _, fields in stored]
+
+
+class _InterferingRedis(redis.Redis):
+    """A real client whose transactions see another put touch the seen-set between WATCH and MULTI."""
+
+    seen_key = ""
+
+    def pipeline(self, transaction: bool = True, shard_hint: object = None) -> redis.client.Pipeline:
+        intruder = redis.Redis(connection_pool=self.connection_pool)
+        seen_key = self.seen_key
+
+        class Pipeline(redis.client.Pipeline):
+            def multi(self) -> None:
+                intruder.zadd(seen_key, {"someone-else": 1})
+                super().multi()
+
+        return Pipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
+
+
+def test_a_put_that_loses_the_watch_race_is_appended_once_by_the_script(redis_server, unique):
+    client = _InterferingRedis.from_url(redis_server.url)
+    client.seen_key = StreamKeys(unique).seen
+    stream = ExperienceStream(client, StreamConfig(name=unique))
+    stream.create()
+    batch = [full_experience("a"), full_experience("b"), full_experience("a")]
+    payloads = [e.SerializeToString() for e in batch]
+    assert stream._append_optimistic(batch, payloads) is None  # the race is detected ...
+    assert client.xlen(stream.keys.stream) == 0  # ... and nothing was written
+    result = stream.put(batch, payloads=payloads)  # put falls back to the atomic script
+    assert (result.accepted, result.dropped["duplicate"]) == (2, 1)
+    assert [fields[b"id"] for _, fields in client.xrange(stream.keys.stream)] == [b"a", b"b"]
+    assert stream.put(batch).accepted == 0
+    stream.delete()
