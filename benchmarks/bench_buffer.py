@@ -144,7 +144,7 @@ def _summary(n: int, put_s: float, read_s: float, put_lat: list[float], read_lat
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    n, batch, repeats = (512, 32, 1) if quick else (4096, 64, 3)
+    n, batch, repeats = (512, 32, 1) if quick else (4096, 64, 5)
     experiences = [_experience(i) for i in range(n)]
     payload_kb = len(experiences[0].SerializeToString()) / 1024
     with start_redis_server() as server:

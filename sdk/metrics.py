@@ -15,7 +15,7 @@ class RunMetrics:
     explore: list[dict[str, float]] = field(default_factory=list)
     eval: list[dict[str, float]] = field(default_factory=list)
     weights: list[dict[str, Any]] = field(default_factory=list)
-    states: list[str] = field(default_factory=list)
+    states: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, event: gateway_pb2.RunEvent) -> None:
         row = {"step": float(event.step), "model_version": float(event.model_version), "stage": float(event.stage)}
@@ -26,7 +26,9 @@ class RunMetrics:
         elif event.kind == "weights":
             self.weights.append({**row, "message": event.message})
         elif event.kind == "state":
-            self.states.append(gateway_pb2.RunState.Name(event.state))
+            self.states.append(
+                {"state": gateway_pb2.RunState.Name(event.state), "stage": event.stage, "message": event.message}
+            )
 
     @classmethod
     def from_events(cls, events: Iterable[gateway_pb2.RunEvent]) -> RunMetrics:

@@ -87,6 +87,7 @@ class RunMonitor:
                 for row in self.metrics.eval
             ],
             "weight_versions": self.metrics.weights,
+            "states": self.metrics.states,
             "experience_counts": experience_counts,
         }
         (self.output / "summary.json").write_text(json.dumps(summary, indent=2))

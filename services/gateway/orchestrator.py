@@ -289,7 +289,8 @@ class Orchestrator:
             run = self.runs.get(run_id)
             run.stage += 1
             self.runs.save(run)
-        self.event(run_id, "state", message=f"stage {run.stage} starting", state=RUNNING)
+        model = self._config(run).model.path
+        self.event(run_id, "state", message=f"stage {run.stage} starting from {model}", state=RUNNING)
         self._launch(run_id)
 
     def _fail(self, run_id: str, reason: str) -> None:

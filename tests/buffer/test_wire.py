@@ -144,3 +144,16 @@ def test_a_put_that_loses_the_watch_race_is_appended_once_by_the_script(redis_se
     assert [fields[b"id"] for _, fields in client.xrange(stream.keys.stream)] == [b"a", b"b"]
     assert stream.put(batch).accepted == 0
     stream.delete()
+
+
+def test_reads_work_over_both_redis_protocols(redis_server, unique):
+    for protocol in (2, 3):
+        client = redis.Redis.from_url(redis_server.url, protocol=protocol)
+        stream = ExperienceStream(client, StreamConfig(name=f"{unique}-{protocol}"))
+        stream.create()
+        sent = [full_experience("a", tokens=2), full_experience("b", tokens=2)]
+        assert stream.put(sent).accepted == 2
+        got = stream.read("c", 10)
+        assert [common_pb2.Experience.FromString(e.payload) for e in got.entries] == sent
+        assert len(stream.read("c", 10).entries) == 0
+        stream.delete()

@@ -341,11 +341,14 @@ def _fields(fields: dict | list) -> dict[bytes, bytes]:
 
 
 def _stream_rows(reply: dict | list | None) -> list:
-    """The [entry_id, fields] rows of a one-stream XREAD/XREADGROUP reply (RESP2 list or RESP3 map)."""
+    """The (entry_id, fields) rows of a one-stream XREADGROUP reply.
+
+    redis-py shapes it as `[[stream, rows]]` over RESP2 and as `{stream: [rows]}` over RESP3.
+    """
     if not reply:
         return []
     if isinstance(reply, dict):
-        return list(next(iter(reply.values())))
+        return list(next(iter(reply.values()))[0])
     return list(reply[0][1])
 
 
