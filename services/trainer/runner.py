@@ -175,6 +175,11 @@ class TrainerRunner:
             entry_ids, experiences, dropped_stale = batch
             started = time.perf_counter()
             metrics = self.backend.train_step(experiences)
+            if metrics.get("skipped"):
+                # Nothing new (all already trained, e.g. redelivered after a crash): they are in the
+                # checkpoint already, so acknowledge them at once.
+                self.buffer.ack(self.stream, entry_ids)
+                continue
             metrics["seconds"] = time.perf_counter() - started
             metrics["dropped_stale"] = float(dropped_stale)
             self._commit(entry_ids)
@@ -222,13 +227,13 @@ class TrainerRunner:
         return entry_ids, experiences, dropped
 
     def _commit(self, entry_ids: list[str], *, checkpoint: bool = False) -> None:
-        """Acknowledge once the update that used the entries is durable (a checkpoint) or, without
-        checkpoints, once it is applied."""
+        """Acknowledge once the update that used the entries is durable: the backend checkpoints every
+        `save_interval` steps (with the consumed ids); without checkpoints, once the update is applied."""
         self._unacked += entry_ids
         interval = self.config.trainer.save_interval
-        if checkpoint or (interval and self.step % interval == 0):
+        if checkpoint:
             self.backend.save_checkpoint()  # type: ignore[union-attr]
-        elif interval:
+        elif interval and self.step % interval:
             return  # acknowledged with the next checkpoint
         if self._unacked:
             self.buffer.ack(self.stream, self._unacked)
