@@ -43,7 +43,7 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy services/common/config services/common/runtime sdk
+	$(VENV)/bin/mypy services/common/config services/common/runtime services/common/clients sdk algorithms
 
 run: $(STAMP)
 	$(VENV)/bin/trinity run --config examples/quickstart/config.yaml --output runs/quickstart

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from trinity.launcher import die_with_parent
 from trinity.models.tiny import build_tiny_llama
 from trinity.runtime.client import wait_until_serving
 from trinity.runtime.redis_server import RedisServer, free_port, start_redis_server
@@ -49,6 +50,7 @@ class ServiceProcess:
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent,
         )
         try:
             wait_until_serving(self.address, timeout=timeout, token=self.env.get("TRINITY_AUTH_TOKEN"))

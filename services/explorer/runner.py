@@ -7,13 +7,15 @@ only between rollout batches, so a batch never mixes versions.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from trinity.clients import BufferClient, GatewayClient
+from trinity.clients.gateway import RunReporter
 from trinity.config import RunConfig, naming
 from trinity.explorer.engines import create_engine
 from trinity.explorer.engines.base import Engine, SamplingSettings
@@ -23,6 +25,7 @@ from trinity.explorer.workflows.base import RolloutSettings, Workflow
 from trinity.models import resolve_model_path
 from trinity.models.digest import weights_digest
 from trinity.runtime.logging import get_logger
+from trinity.runtime.run_host import ReportingRunner
 from trinity.v1 import buffer_pb2, common_pb2, gateway_pb2
 
 log = get_logger(__name__)
@@ -66,7 +69,7 @@ class EvalSummary:
     per_taskset: dict[str, float] = field(default_factory=dict)
 
 
-class ExplorerRunner:
+class ExplorerRunner(ReportingRunner):
     def __init__(
         self,
         *,
@@ -77,13 +80,16 @@ class ExplorerRunner:
         buffer_address: str,
         gateway_address: str,
         engine_factory: Callable[[RunConfig, str], Engine] = build_engine,
+        on_engine_failure: Callable[[str], None] | None = None,
     ) -> None:
+        self.on_engine_failure = on_engine_failure
         self.run_id = run_id
         self.stage = stage
         self.config = config
         self.instance_id = instance_id
         self.buffer = BufferClient(buffer_address, timeout=120)
         self.gateway = GatewayClient(gateway_address, timeout=30)
+        self.reporter = RunReporter(self.gateway, run_id, f"explorer/{instance_id}", stage)
         self.engine_factory = engine_factory
         self.engine: Engine | None = None
         self.feed: WeightFeed | None = None
@@ -131,7 +137,8 @@ class ExplorerRunner:
     def _run(self) -> None:
         cfg = self.config
         model_path = resolve_model_path(cfg.model.path)
-        self.engine = self.engine_factory(cfg, model_path)
+        with self._engine_guard():
+            self.engine = self.engine_factory(cfg, model_path)
         self.state = "running"
         workflow = create_workflow(cfg.explorer.workflow, **cfg.explorer.workflow_options)
         settings = self._rollout_settings(cfg.explorer.temperature, cfg.algorithm.repeat_times)
@@ -166,7 +173,8 @@ class ExplorerRunner:
                     break
                 self._stop.wait(0.5)  # tasks are leased elsewhere; they may come back
                 continue
-            batches = workflow.run_batch(list(leased.tasks), self.engine, settings)
+            with self._engine_guard():
+                batches = workflow.run_batch(list(leased.tasks), self.engine, settings)
             experiences = [e for batch in batches for e in batch]
             put = self.buffer.put(stream, experiences)
             self.buffer.complete_tasks(taskset, self.instance_id, _results(leased.tasks, batches))
@@ -182,6 +190,17 @@ class ExplorerRunner:
             self._wait_for_final_weights()
         if cfg.buffer.eval_tasksets and self.engine.model_version != last_eval_version:
             self._evaluate(workflow)
+
+    @contextlib.contextmanager
+    def _engine_guard(self) -> Iterator[None]:
+        """An engine that fails to load or generate takes the service out of rotation (health
+        NOT_SERVING) instead of leaving it up and useless."""
+        try:
+            yield
+        except Exception as err:
+            if self.on_engine_failure is not None:
+                self.on_engine_failure(f"{type(err).__name__}: {err}")
+            raise
 
     def _rollout_settings(self, temperature: float, repeat_times: int) -> RolloutSettings:
         cfg = self.config
@@ -316,24 +335,6 @@ class ExplorerRunner:
             "seconds": seconds,
         }
         self._report("explore", step=self.step + 1, metrics=metrics)
-
-    def _report(self, kind: str, *, step: int | None = None, message: str = "", metrics: dict | None = None) -> None:
-        event = gateway_pb2.RunEvent(
-            run_id=self.run_id,
-            kind=kind,
-            source=f"explorer/{self.instance_id}",
-            step=self.step if step is None else step,
-            model_version=self.model_version,
-            metrics=metrics or {},
-            message=message,
-            stage=self.stage,
-        )
-        try:
-            reply = self.gateway.report(event)
-            if not reply.run_active and kind not in ("finished", "error"):
-                self._stop.set()  # the run is over (cancelled or failed elsewhere)
-        except Exception as err:  # noqa: BLE001 - reporting must not kill the rollout loop
-            log.warning("explorer.report_failed", kind=kind, error=str(err))
 
 
 def _mean(values: list[float] | list[bool] | list[int]) -> float:

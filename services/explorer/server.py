@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -12,65 +11,58 @@ from trinity.config import RunConfig
 from trinity.explorer.engines.base import GenerationRequest, SamplingSettings
 from trinity.explorer.runner import ExplorerRunner
 from trinity.runtime.errors import FailedPrecondition, InvalidArgument, grpc_errors
+from trinity.runtime.logging import get_logger
+from trinity.runtime.run_host import RunHost
 from trinity.runtime.server import GrpcServer, full_service_name, start_grpc_service
 from trinity.runtime.settings import ServiceSettings
-from trinity.runtime.status import service_status
 from trinity.v1 import explorer_pb2, explorer_pb2_grpc
 
 SERVICE_NAME = full_service_name(explorer_pb2, "ExplorerService")
+log = get_logger(__name__)
+
+
+def _explorer_metrics(runner: ExplorerRunner) -> dict[str, float]:
+    metrics = {"explore_step": float(runner.step)}
+    if runner.openai_url:  # serve mode: the OpenAI endpoint's port (its URL is in the run's "log" event)
+        metrics["openai_port"] = float(urlsplit(runner.openai_url).port or 0)
+    return metrics
 
 
 class ExplorerServicer(explorer_pb2_grpc.ExplorerServiceServicer):
     def __init__(self, settings: ServiceSettings) -> None:
         self.settings = settings
-        self.runner: ExplorerRunner | None = None
-        self._lock = threading.Lock()
+        self.host = RunHost("explorer", settings.instance_id, self._make_runner, _explorer_metrics)
+        self.server: GrpcServer | None = None
 
-    def _status(self) -> Any:
-        runner = self.runner
-        if runner is None:
-            return service_status("explorer", self.settings.instance_id)
-        return service_status(
-            "explorer",
-            self.settings.instance_id,
-            state=runner.state,
-            run_id=runner.run_id,
-            model_version=runner.model_version,
-            metrics={
-                "explore_step": float(runner.step),
-                # serve mode: the OpenAI endpoint's port (its URL is in the run's "log" event)
-                **({"openai_port": float(urlsplit(runner.openai_url).port or 0)} if runner.openai_url else {}),
-            },
+    def _engine_failed(self, error: str) -> None:
+        log.error("engine.failed", error=error)
+        if self.server is not None:
+            self.server.set_serving(False)
+
+    @property
+    def runner(self) -> ExplorerRunner | None:
+        return self.host.runner  # type: ignore[no-any-return]
+
+    def _make_runner(self, request: explorer_pb2.StartRunRequest, config: RunConfig) -> ExplorerRunner:
+        if self.server is not None:
+            self.server.set_serving(True)  # a new run gets a new engine
+        return ExplorerRunner(
+            on_engine_failure=self._engine_failed,
+            run_id=request.run_id,
+            stage=request.stage,
+            config=config,
+            instance_id=self.settings.instance_id,
+            buffer_address=request.buffer_address,
+            gateway_address=request.gateway_address,
         )
 
     @grpc_errors
     def StartRun(self, request: explorer_pb2.StartRunRequest, context: grpc.ServicerContext) -> Any:
-        if not request.run_id:
-            raise InvalidArgument("run_id", "must be set")
-        config = RunConfig.model_validate_json(request.config_json)
-        with self._lock:
-            current = self.runner
-            if current is not None and current.state in ("starting", "running"):
-                if current.run_id == request.run_id and current.stage == request.stage:
-                    return self._status()  # a retried assignment
-                raise FailedPrecondition(f"busy with run {current.run_id!r}; stop it first")
-            self.runner = ExplorerRunner(
-                run_id=request.run_id,
-                stage=request.stage,
-                config=config,
-                instance_id=self.settings.instance_id,
-                buffer_address=request.buffer_address,
-                gateway_address=request.gateway_address,
-            )
-            self.runner.start()
-        return self._status()
+        return self.host.start(request)
 
     @grpc_errors
     def StopRun(self, request: explorer_pb2.StopRunRequest, context: grpc.ServicerContext) -> Any:
-        runner = self.runner
-        if runner is not None and (not request.run_id or runner.run_id == request.run_id):
-            runner.stop(request.reason)
-        return self._status()
+        return self.host.stop(request)
 
     @grpc_errors
     def Generate(self, request: explorer_pb2.GenerateRequest, context: grpc.ServicerContext) -> Any:
@@ -105,20 +97,19 @@ class ExplorerServicer(explorer_pb2_grpc.ExplorerServiceServicer):
         )
 
     def GetStatus(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return self._status()
+        return self.host.status()
 
     def shutdown(self) -> None:
-        if self.runner is not None:
-            self.runner.stop("service shutting down")
-            self.runner.join(timeout=30)
+        self.host.shutdown(timeout=30)
 
 
 def start_explorer(settings: ServiceSettings) -> GrpcServer:
     servicer = ExplorerServicer(settings)
-    return start_grpc_service(
+    servicer.server = start_grpc_service(
         settings,
         servicer,
         explorer_pb2_grpc.add_ExplorerServiceServicer_to_server,
         SERVICE_NAME,
         on_shutdown=servicer.shutdown,
     )
+    return servicer.server

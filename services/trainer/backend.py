@@ -54,7 +54,7 @@ def register_backend(name: str) -> Callable[[BackendFactory], BackendFactory]:
 
 def build_backend(settings: TrainerSettings) -> TrainerBackend:
     """The backend named by `settings.backend`, constructed from `settings`."""
-    import trinity.trainer.torch_backend  # noqa: F401  (registers "torch")
+    import trinity.trainer.torch_backend
 
     if settings.backend == "megatron":
         import trinity.trainer.megatron  # noqa: F401  (registers "megatron"; imports megatron-core)

@@ -13,13 +13,15 @@ import time
 from pathlib import Path
 
 from trinity.clients import BufferClient, GatewayClient
+from trinity.clients.gateway import RunReporter
 from trinity.config import RunConfig, naming
 from trinity.models import resolve_model_path
 from trinity.runtime.logging import get_logger
+from trinity.runtime.run_host import ReportingRunner
 from trinity.trainer.backend import TrainerBackend, build_backend
 from trinity.trainer.config import LoraSettings, OptimizerSettings, TrainerSettings
 from trinity.trainer.weight_publisher import WeightPublisher
-from trinity.v1 import common_pb2, gateway_pb2
+from trinity.v1 import common_pb2
 
 log = get_logger(__name__)
 
@@ -76,7 +78,7 @@ def trainer_settings(config: RunConfig, model_path: str, checkpoint_dir: Path) -
     )
 
 
-class TrainerRunner:
+class TrainerRunner(ReportingRunner):
     def __init__(
         self,
         *,
@@ -94,6 +96,7 @@ class TrainerRunner:
         self.instance_id = instance_id
         self.buffer = BufferClient(buffer_address, timeout=120)
         self.gateway = GatewayClient(gateway_address, timeout=30)
+        self.reporter = RunReporter(self.gateway, run_id, f"trainer/{instance_id}", stage)
         self.advertise_host = advertise_host
         self.backend: TrainerBackend | None = None
         self.publisher: WeightPublisher | None = None
@@ -238,21 +241,3 @@ class TrainerRunner:
         if self._unacked:
             self.buffer.ack(self.stream, self._unacked)
             self._unacked = []
-
-    def _report(self, kind: str, *, step: int | None = None, message: str = "", metrics: dict | None = None) -> None:
-        event = gateway_pb2.RunEvent(
-            run_id=self.run_id,
-            kind=kind,
-            source=f"trainer/{self.instance_id}",
-            step=self.step if step is None else step,
-            model_version=self.model_version,
-            metrics=metrics or {},
-            message=message,
-            stage=self.stage,
-        )
-        try:
-            reply = self.gateway.report(event)
-            if not reply.run_active and kind not in ("finished", "error"):
-                self._stop.set()
-        except Exception as err:  # noqa: BLE001 - reporting must not kill training
-            log.warning("trainer.report_failed", kind=kind, error=str(err))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 from tests.conftest import ServiceProcess
 from tests.e2e.conftest import tiny_config
@@ -67,3 +68,32 @@ def test_run_state_survives_a_gateway_restart(redis_server, tiny_model):
             assert [r.id for r in client.list_runs() if r.id == run_id] == [run_id]
     finally:
         restarted.stop()
+
+
+def test_an_engine_that_cannot_load_fails_the_run_and_marks_the_explorer_unhealthy(tiny_model, tmp_path):
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from trinity.runtime.client import open_channel
+
+    NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"model_type": "llama"}')  # no weights, no tokenizer
+    config = tiny_config(tiny_model)
+    config["model"]["path"] = str(broken)
+    stack = LocalStack.up(tmp_path / "logs", explorers=1)
+    try:
+        with TrinityClient(stack.gateway) as client:
+            final = client.create_run(config).wait(timeout=180)
+        assert final.state == gateway_pb2.RUN_STATE_FAILED
+        assert "explorer" in final.error or "trainer" in final.error
+        # the trainer may fail first; the explorer's engine fails on its own and takes it out of rotation
+        deadline = time.monotonic() + 120
+        with open_channel(stack.services["explorer-0"].address) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            while health.Check(health_pb2.HealthCheckRequest(), timeout=10).status != NOT_SERVING:
+                assert time.monotonic() < deadline, "the explorer stayed SERVING with a broken engine"
+                time.sleep(0.5)
+    finally:
+        stack.down()

@@ -73,3 +73,20 @@ def test_sft_then_grpo_starts_stage_two_from_the_sft_weights(tiny_model, tmp_pat
     assert summary["final_model_path"].endswith("stage1/final")
     (stage_two,) = [s["message"] for s in summary["states"] if s["message"].startswith("stage 1 starting")]
     assert stage_two.endswith("stage0/final")  # the gateway hands stage 2 the model stage 1 exported
+
+
+def test_trinity_bench_evaluates_a_model_and_writes_a_report(tiny_model, tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "trinity.cli", "bench", "--config", str(EXAMPLES / "quickstart" / "config.yaml"),
+         "--model", str(tiny_model), "--output", str(tmp_path / "out"), "--quiet"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr + _logs(tmp_path / "out")
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["train"] == [] and len(summary["eval"]) == 1  # evaluation only, of version 0
+    report = json.loads((tmp_path / "out" / "checkpoints" / "bench_report.json").read_text())
+    assert report["overall"]["samples"] == 20 * 8  # 20 held-out tasks x eval_repeat_times
+    assert 0.0 <= report["overall"]["accuracy"] <= 1.0

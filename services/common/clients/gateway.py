@@ -106,3 +106,35 @@ def sync_spec(group: gateway_pb2.SyncGroup):
         bucket_mb=group.bucket_mb or 64.0,
         checkpoint_dir=group.checkpoint_dir or None,
     )
+
+
+class RunReporter:
+    """A service's voice in a run's event log. Reporting never raises: a lost event must not stop
+    rollouts or training. `report` returns False once the run is over (cancelled or failed elsewhere)."""
+
+    def __init__(self, gateway: GatewayClient, run_id: str, source: str, stage: int) -> None:
+        self.gateway = gateway
+        self.run_id = run_id
+        self.source = source
+        self.stage = stage
+
+    def report(
+        self, kind: str, *, step: int, model_version: int, message: str = "", metrics: dict | None = None
+    ) -> bool:
+        event = gateway_pb2.RunEvent(
+            run_id=self.run_id,
+            kind=kind,
+            source=self.source,
+            step=step,
+            model_version=model_version,
+            metrics=metrics or {},
+            message=message,
+            stage=self.stage,
+        )
+        try:
+            return bool(self.gateway.report(event).run_active)
+        except Exception as err:  # noqa: BLE001 - reporting must not kill the loop that reports
+            from trinity.runtime.logging import get_logger
+
+            get_logger(__name__).warning("run.report_failed", kind=kind, error=str(err))
+            return True

@@ -19,7 +19,7 @@ def configure_logging(service: str, level: str | None = None) -> None:
     global _configured
     level_name = (level or os.environ.get("TRINITY_LOG_LEVEL", "INFO")).upper()
     numeric = logging.getLevelNamesMapping().get(level_name, logging.INFO)
-    shared = [
+    shared: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),

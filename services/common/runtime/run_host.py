@@ -1,0 +1,108 @@
+"""One run at a time per service instance: what the explorer and trainer servicers share.
+
+StartRun is idempotent (a retried assignment of the same run and stage is a no-op); a different run
+while one is active is refused with FAILED_PRECONDITION; StopRun stops the current run if it matches.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from trinity.config import RunConfig
+from trinity.runtime.errors import FailedPrecondition, InvalidArgument
+from trinity.runtime.status import service_status
+from trinity.v1 import common_pb2, explorer_pb2
+
+ACTIVE = ("starting", "running")
+
+
+class Runner(Protocol):
+    run_id: str
+    stage: int
+    state: str
+
+    @property
+    def model_version(self) -> int: ...
+
+    def start(self) -> None: ...
+
+    def stop(self, reason: str = "") -> None: ...
+
+    def join(self, timeout: float | None = None) -> None: ...
+
+
+class RunHost:
+    def __init__(
+        self,
+        service: str,
+        instance_id: str,
+        make_runner: Callable[[explorer_pb2.StartRunRequest, RunConfig], Any],
+        metrics: Callable[[Any], dict[str, float]],
+    ) -> None:
+        self.service = service
+        self.instance_id = instance_id
+        self.make_runner = make_runner
+        self.metrics = metrics
+        self.runner: Any = None
+        self._lock = threading.Lock()
+
+    def status(self) -> common_pb2.ServiceStatus:
+        runner = self.runner
+        if runner is None:
+            return service_status(self.service, self.instance_id)
+        return service_status(
+            self.service,
+            self.instance_id,
+            state=runner.state,
+            run_id=runner.run_id,
+            model_version=runner.model_version,
+            metrics=self.metrics(runner),
+        )
+
+    def start(self, request: explorer_pb2.StartRunRequest) -> common_pb2.ServiceStatus:
+        if not request.run_id:
+            raise InvalidArgument("run_id", "must be set")
+        config = RunConfig.model_validate_json(request.config_json)
+        with self._lock:
+            current = self.runner
+            if current is not None and current.state in ACTIVE:
+                if current.run_id == request.run_id and current.stage == request.stage:
+                    return self.status()  # a retried assignment
+                raise FailedPrecondition(f"busy with run {current.run_id!r}; stop it first")
+            self.runner = self.make_runner(request, config)
+            self.runner.start()
+        return self.status()
+
+    def stop(self, request: explorer_pb2.StopRunRequest) -> common_pb2.ServiceStatus:
+        runner = self.runner
+        if runner is not None and (not request.run_id or runner.run_id == request.run_id):
+            runner.stop(request.reason)
+        return self.status()
+
+    def shutdown(self, timeout: float = 60.0) -> None:
+        runner = self.runner
+        if runner is not None:
+            runner.stop("service shutting down")
+            runner.join(timeout=timeout)
+
+
+class ReportingRunner:
+    """Mixin of the explorer and trainer runners: report an event; stop when the run is over."""
+
+    reporter: Any  # trinity.clients.gateway.RunReporter
+    step: int
+    model_version: int
+    _stop: threading.Event
+
+    def _report(self, kind: str, *, step: int | None = None, message: str = "", metrics: dict | None = None) -> None:
+        active = self.reporter.report(
+            kind,
+            step=self.step if step is None else step,
+            model_version=self.model_version,
+            message=message,
+            metrics=metrics,
+        )
+        if not active and kind not in ("finished", "error"):
+            self._stop.set()  # the run is over (cancelled or failed elsewhere)
