@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from trinity.launcher import die_with_parent
+from trinity.launcher import PARENT_ENV
 from trinity.models.tiny import build_tiny_llama
 from trinity.runtime.client import wait_until_serving
 from trinity.runtime.redis_server import RedisServer, free_port, start_redis_server
@@ -47,10 +47,9 @@ class ServiceProcess:
                 "--host",
                 "127.0.0.1",
             ],
-            env=self.env,
+            env={**self.env, PARENT_ENV: str(os.getpid())},
             stdout=log,
             stderr=subprocess.STDOUT,
-            preexec_fn=die_with_parent,
         )
         try:
             wait_until_serving(self.address, timeout=timeout, token=self.env.get("TRINITY_AUTH_TOKEN"))

@@ -25,10 +25,12 @@ SERVICES: dict[str, tuple[str, str]] = {
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from trinity.launcher import follow_parent
     from trinity.runtime.metrics import start_metrics_server
     from trinity.runtime.redis_server import RedisServer, ensure_redis
     from trinity.runtime.settings import ServiceSettings
 
+    follow_parent()
     configure_logging(args.service)
     log = get_logger("trinity.cli")
     settings = ServiceSettings.from_env(

@@ -17,15 +17,25 @@ from pathlib import Path
 from trinity.runtime.client import wait_until_serving
 from trinity.runtime.redis_server import RedisServer, free_port, start_redis_server
 
+PARENT_ENV = "TRINITY_DIE_WITH_PARENT"
 
-def die_with_parent() -> None:
-    """In the child, before exec: get SIGTERM when the launching process dies, however it dies (Linux),
-    so a killed `trinity run` leaves no orphaned services behind."""
-    if sys.platform.startswith("linux"):
-        import ctypes
 
-        pr_set_pdeathsig = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+def follow_parent() -> None:
+    """In a service started by a launcher (TRINITY_DIE_WITH_PARENT=<launcher pid>): get SIGTERM when the
+    launcher dies, however it dies (Linux), so a killed `trinity run` leaves no orphaned services.
+
+    Done by the child itself at start-up, not in a fork hook: code between fork and exec in a
+    multi-threaded launcher (gRPC threads) can deadlock.
+    """
+    parent = os.environ.get(PARENT_ENV)
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    if os.getppid() != int(parent):  # the launcher died before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 @dataclass
@@ -97,7 +107,7 @@ class LocalStack:
         command += ["--host", "127.0.0.1"]
         with log_path.open("wb") as log:
             process = subprocess.Popen(
-                command, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
+                command, env={**env, PARENT_ENV: str(os.getpid())}, stdout=log, stderr=subprocess.STDOUT
             )
         handle = ServiceHandle(name, port, process, log_path, service or name, env)
         self.services[name] = handle
