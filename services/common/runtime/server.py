@@ -96,6 +96,7 @@ class GrpcServer:
             raise RuntimeError(f"could not bind {settings.host}:{settings.port}; is the port already in use?")
         self._stopped = threading.Event()
         self._stop_lock = threading.Lock()
+        self._signal: int | None = None
 
     def start(self) -> GrpcServer:
         self._server.start()
@@ -123,14 +124,18 @@ class GrpcServer:
             log.info("service.stopped")
 
     def wait(self) -> None:
-        self._stopped.wait()
+        """Block until stopped; a SIGTERM/SIGINT received meanwhile drains the server from here."""
+        while not self._stopped.wait(0.2):
+            if self._signal is not None:
+                log.info("service.signal", signal=signal.Signals(self._signal).name)
+                self.stop()
 
     def install_signal_handlers(self) -> None:
-        """SIGTERM / SIGINT drain the server from a helper thread (signal handlers must return quickly)."""
+        """SIGTERM / SIGINT only record the signal: the waiting main thread does the drain (a handler
+        that logs or starts threads can deadlock on locks the interrupted code holds)."""
 
         def handle(signum: int, _frame: object) -> None:
-            log.info("service.signal", signal=signal.Signals(signum).name)
-            threading.Thread(target=self.stop, name="drain", daemon=True).start()
+            self._signal = signum
 
         signal.signal(signal.SIGTERM, handle)
         signal.signal(signal.SIGINT, handle)
