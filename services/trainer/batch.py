@@ -49,6 +49,7 @@ class Sample:
     group: int = 0
     model_version: int = 0
     rejected: TokenSequence | None = None
+    expert: bool = False  # a demonstration (SFT kind) inside an RL batch: CHORD's expert rows
 
     @property
     def sequences(self) -> list[TokenSequence]:
@@ -186,6 +187,7 @@ def to_samples(
                 group=group,
                 model_version=int(exp.model_version),
                 rejected=rejected,
+                expert=exp.kind == KIND_SFT,
             )
         )
     return samples

@@ -60,6 +60,7 @@ def build_objective(backend: TorchBackend, samples: list[Sample]) -> tuple[Micro
     rows, row_index = _rows_of(samples)
     full = collate(rows, backend.pad_id)
     mask = full.mask
+    expert_rows = torch.tensor([s.expert for s, idx in zip(samples, row_index, strict=True) for _ in idx])
     lengths = torch.tensor([len(r.response) for r in rows])
     prep: dict[str, float] = {
         "action_tokens": float(mask.sum()),
@@ -140,6 +141,7 @@ def build_objective(backend: TorchBackend, samples: list[Sample]) -> tuple[Micro
             advantages=sl(advantages) if advantages is not None else torch.zeros_like(logp),
             mask=mb.mask,
             ref_logprobs=sl(ref),
+            expert_mask=expert_rows[mb_rows],
             step=backend.step,
         )
         metrics = {k: float(v) for k, v in m.items()}
