@@ -70,6 +70,7 @@ def trainer_settings(config: RunConfig, model_path: str, checkpoint_dir: Path) -
         max_staleness=config.synchronizer.max_staleness,
         max_seq_len=config.model.max_prompt_tokens + config.model.max_response_tokens,
         gradient_checkpointing=tr.gradient_checkpointing,
+        autocast=tr.autocast,
         tensor_parallel_size=tr.tensor_parallel_size,
         pipeline_parallel_size=tr.pipeline_parallel_size,
         checkpoint_dir=str(checkpoint_dir),

@@ -119,16 +119,22 @@ class TorchBackend:
     def token_logprobs(
         self, model: nn.Module, batch: TokenBatch, *, with_entropy: bool | str = False
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-probs and entropy `[rows, resp]` of `batch`'s response tokens under `model`."""
-        hidden, head = response_hidden(model, batch.input_ids, batch.attention_mask, batch.response_index)
-        return chunked_logprobs(
-            head,
-            hidden,
-            batch.targets,
-            chunk_size=self.settings.logprob_chunk_size,
-            temperature=self.settings.logprob_temperature,
-            with_entropy=with_entropy,
-        )
+        """Log-probs and entropy `[rows, resp]` of `batch`'s response tokens under `model`.
+
+        With `autocast: bfloat16` the matmuls run in bf16 while weights, optimizer state and the
+        log-softmax stay in fp32 (the log-softmax upcasts its logits).
+        """
+        device = next(model.parameters()).device.type
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=self.settings.autocast == "bfloat16"):
+            hidden, head = response_hidden(model, batch.input_ids, batch.attention_mask, batch.response_index)
+            return chunked_logprobs(
+                head,
+                hidden,
+                batch.targets,
+                chunk_size=self.settings.logprob_chunk_size,
+                temperature=self.settings.logprob_temperature,
+                with_entropy=with_entropy,
+            )
 
     @torch.no_grad()
     def forward_rows(self, rows: list[TokenSequence], fn: Callable[[TokenBatch], torch.Tensor]) -> torch.Tensor:
