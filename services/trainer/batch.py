@@ -306,3 +306,22 @@ def collate(seqs: Sequence[TokenSequence], pad_id: int) -> TokenBatch:
         token_rewards=tensors["token_rewards"],
         teacher_logprobs=tensors["teacher_logprobs"],
     )
+
+
+def filter_experiences(
+    experiences: Sequence[common_pb2.Experience], consumed: set[str], step: int, max_staleness: int | None
+) -> tuple[list[common_pb2.Experience], dict[str, float]]:
+    """Drop failed, duplicate (already trained: in `consumed`) and too-stale experiences, counting each.
+
+    Shared by every training backend, so that they drop and count the same way."""
+    keep, failed, dup, stale = [], 0, 0, 0
+    for e in experiences:
+        if e.failed:
+            failed += 1
+        elif e.id and e.id in consumed:
+            dup += 1
+        elif max_staleness is not None and step - e.model_version > max_staleness:
+            stale += 1
+        else:
+            keep.append(e)
+    return keep, {"dropped/failed": float(failed), "dropped/duplicate": float(dup), "dropped/stale": float(stale)}

@@ -23,6 +23,7 @@ from trinity.trainer.batch import (
     Tokenizer,
     TokenSequence,
     collate,
+    filter_experiences,
     plan_micro_batches,
     to_samples,
 )
@@ -163,22 +164,7 @@ class TorchBackend:
         self, experiences: Sequence[common_pb2.Experience]
     ) -> tuple[list[common_pb2.Experience], dict[str, float]]:
         """Drop failed, duplicate (already trained) and too-stale experiences, counting each."""
-        keep, failed, dup, stale = [], 0, 0, 0
-        max_stale = self.settings.max_staleness
-        for e in experiences:
-            if e.failed:
-                failed += 1
-            elif e.id and e.id in self._consumed:
-                dup += 1
-            elif max_stale is not None and self.step - e.model_version > max_stale:
-                stale += 1
-            else:
-                keep.append(e)
-        return keep, {
-            "dropped/failed": float(failed),
-            "dropped/duplicate": float(dup),
-            "dropped/stale": float(stale),
-        }
+        return filter_experiences(experiences, self._consumed, self.step, self.settings.max_staleness)
 
     def train_step(self, experiences: Sequence[common_pb2.Experience]) -> dict[str, float]:
         start = time.perf_counter()

@@ -25,7 +25,16 @@ import torch
 import torch.distributed as dist
 
 from trinity.trainer.algorithm import AlgorithmParts
-from trinity.trainer.batch import Sample, TokenBatch, Tokenizer, TokenSequence, collate, plan_micro_batches, to_samples
+from trinity.trainer.batch import (
+    Sample,
+    TokenBatch,
+    Tokenizer,
+    TokenSequence,
+    collate,
+    filter_experiences,
+    plan_micro_batches,
+    to_samples,
+)
 from trinity.trainer.checkpoint import LATEST, TrainState, resolve
 from trinity.trainer.config import TrainerSettings
 from trinity.trainer.logprobs import gather_positions
@@ -193,19 +202,8 @@ class MegatronEngine:
     def filter_batch(
         self, experiences: Sequence[common_pb2.Experience]
     ) -> tuple[list[common_pb2.Experience], dict[str, float]]:
-        """Drop failed, duplicate and too-stale experiences, counting each (as the PyTorch backend)."""
-        keep, failed, dup, stale = [], 0, 0, 0
-        max_stale = self.settings.max_staleness
-        for e in experiences:
-            if e.failed:
-                failed += 1
-            elif e.id and e.id in self._consumed:
-                dup += 1
-            elif max_stale is not None and self.state.step - e.model_version > max_stale:
-                stale += 1
-            else:
-                keep.append(e)
-        return keep, {"dropped/failed": float(failed), "dropped/duplicate": float(dup), "dropped/stale": float(stale)}
+        """Drop failed, duplicate (already trained) and too-stale experiences, counting each."""
+        return filter_experiences(experiences, self._consumed, self.state.step, self.settings.max_staleness)
 
     def train_step(self, experiences: Sequence[common_pb2.Experience]) -> dict[str, float]:
         start = time.perf_counter()
