@@ -54,7 +54,7 @@ def test_the_full_experience_sets_every_field():
 
 def test_varint_matches_protobuf_for_edge_values():
     for value in (1, 127, 128, 300, 16_383, 16_384, 2**31 - 1, 2**63 - 1, -1, -(2**63)):
-        encoded = common_pb2.Experience(model_version=value).SerializeToString()  # int64 field 7
+        encoded = common_pb2.Experience(model_version=value).SerializeToString(deterministic=True)  # int64 field 7
         assert encoded == b"\x38" + varint(value)
     assert varint(0) == b"\x00"
 
@@ -62,16 +62,16 @@ def test_varint_matches_protobuf_for_edge_values():
 def test_encoded_read_response_parses_to_the_message_built_field_by_field():
     stored = [full_experience("a"), full_experience("b", tokens=3000), common_pb2.Experience(id="tiny")]
     entries = [
-        DeliveredEntry("1700000000000-0", 1, stored[0].SerializeToString()),
-        DeliveredEntry("9" * 200, 300, stored[1].SerializeToString()),  # id > 127 bytes, payload > 16 KB
-        DeliveredEntry("1-1", 0, stored[2].SerializeToString()),
+        DeliveredEntry("1700000000000-0", 1, stored[0].SerializeToString(deterministic=True)),
+        DeliveredEntry("9" * 200, 300, stored[1].SerializeToString(deterministic=True)),  # id > 127 bytes, payload > 16 KB
+        DeliveredEntry("1-1", 0, stored[2].SerializeToString(deterministic=True)),
     ]
     encoded = encode_read_response(entries, dropped_stale=2, reclaimed=129, dead_lettered=0)
     expected = buffer_pb2.ReadExperiencesResponse(dropped_stale=2, reclaimed=129)
     for entry, experience in zip(entries, stored, strict=True):
         expected.items.add(entry_id=entry.entry_id, delivery_count=entry.deliveries, experience=experience)
     assert buffer_pb2.ReadExperiencesResponse.FromString(encoded) == expected
-    assert encoded == expected.SerializeToString()  # byte-identical to protobuf's own encoding here
+    assert encoded == expected.SerializeToString(deterministic=True)  # byte-identical to protobuf's own encoding here
 
 
 def test_an_empty_read_encodes_to_an_empty_message():
@@ -80,11 +80,11 @@ def test_an_empty_read_encodes_to_an_empty_message():
 
 def test_put_request_payloads_are_each_experience_as_sent():
     sent = [full_experience("a"), full_experience("b", tokens=5)]
-    data = buffer_pb2.PutExperiencesRequest(stream="s", experiences=sent).SerializeToString()
+    data = buffer_pb2.PutExperiencesRequest(stream="s", experiences=sent).SerializeToString(deterministic=True)
     wire = PutExperiencesWire.from_bytes(data)
     assert list(wire.request.experiences) == sent
     assert wire.payloads is not None
-    assert [bytes(p) for p in wire.payloads] == [e.SerializeToString() for e in sent]
+    assert [bytes(p) for p in wire.payloads] == [e.SerializeToString(deterministic=True) for e in sent]
 
 
 def test_field_slices_skip_fields_of_every_wire_type_and_give_up_on_groups():
@@ -96,7 +96,7 @@ def test_field_slices_skip_fields_of_every_wire_type_and_give_up_on_groups():
 
 def test_client_put_bytes_equal_the_generated_serialization():
     sent = [full_experience("a"), full_experience("b", tokens=0)]
-    expected = buffer_pb2.PutExperiencesRequest(stream="stream-ü", experiences=sent).SerializeToString()
+    expected = buffer_pb2.PutExperiencesRequest(stream="stream-ü", experiences=sent).SerializeToString(deterministic=True)
     assert _put_request_bytes("stream-ü", sent) == expected
     assert _put_request_bytes("", []) == b""
 
@@ -109,8 +109,8 @@ def test_through_the_buffer_the_client_reads_exactly_the_bytes_it_put(buffer_ser
         batch = client.read(unique, "c", 10)
     assert batch.experiences == sent
     stored = redis.Redis.from_url(redis_server.url).xrange(StreamKeys(unique).stream)
-    assert [fields[b"d"] for _, fields in stored] == [e.SerializeToString() for e in sent]
-    assert [e.SerializeToString() for e in batch.experiences] == [fields[b"d"] for _, fields in stored]
+    assert [fields[b"d"] for _, fields in stored] == [e.SerializeToString(deterministic=True) for e in sent]
+    assert [e.SerializeToString(deterministic=True) for e in batch.experiences] == [fields[b"d"] for _, fields in stored]
 
 
 class _InterferingRedis(redis.Redis):
@@ -136,7 +136,7 @@ def test_a_put_that_loses_the_watch_race_is_appended_once_by_the_script(redis_se
     stream = ExperienceStream(client, StreamConfig(name=unique))
     stream.create()
     batch = [full_experience("a"), full_experience("b"), full_experience("a")]
-    payloads = [e.SerializeToString() for e in batch]
+    payloads = [e.SerializeToString(deterministic=True) for e in batch]
     assert stream._append_optimistic(batch, payloads) is None  # the race is detected ...
     assert client.xlen(stream.keys.stream) == 0  # ... and nothing was written
     result = stream.put(batch, payloads=payloads)  # put falls back to the atomic script

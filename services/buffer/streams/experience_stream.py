@@ -98,7 +98,7 @@ class ExperienceStream:
         if not kept:
             return result
         if payloads is None:
-            payloads = [e.SerializeToString() for e in kept]  # type: ignore[assignment]
+            payloads = [e.SerializeToString(deterministic=True) for e in kept]  # type: ignore[assignment]
         appended = None if self.config.priority_replay.enabled else self._append_optimistic(kept, payloads)
         if appended is None:
             appended = self._append_scripted(kept, payloads)

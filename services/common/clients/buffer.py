@@ -151,14 +151,14 @@ _EXPERIENCES_TAG = b"\x12"  # PutExperiencesRequest.experiences: field 2, length
 def _put_request_bytes(stream: str, experiences: Sequence[common_pb2.Experience]) -> bytes:
     """The serialized PutExperiencesRequest, built from each experience's own serialization.
 
-    Equal to `PutExperiencesRequest(stream=..., experiences=...).SerializeToString()`, at half the
+    Equal to `PutExperiencesRequest(...).SerializeToString(deterministic=True)`, at half the
     cost: building that message deep-copies every experience before serializing it all again. (The
     Buffer's own wire helpers live in `trinity.buffer.wire`, which clients must not import.)
     """
     name = stream.encode()
     parts = [b"\x0a", _varint(len(name)), name] if name else []
     for experience in experiences:
-        payload = experience.SerializeToString()
+        payload = experience.SerializeToString(deterministic=True)  # map fields in key order
         parts += (_EXPERIENCES_TAG, _varint(len(payload)), payload)
     return b"".join(parts)
 
