@@ -63,7 +63,9 @@ def test_encoded_read_response_parses_to_the_message_built_field_by_field():
     stored = [full_experience("a"), full_experience("b", tokens=3000), common_pb2.Experience(id="tiny")]
     entries = [
         DeliveredEntry("1700000000000-0", 1, stored[0].SerializeToString(deterministic=True)),
-        DeliveredEntry("9" * 200, 300, stored[1].SerializeToString(deterministic=True)),  # id > 127 bytes, payload > 16 KB
+        DeliveredEntry(
+            "9" * 200, 300, stored[1].SerializeToString(deterministic=True)
+        ),  # id > 127 bytes, payload > 16 KB
         DeliveredEntry("1-1", 0, stored[2].SerializeToString(deterministic=True)),
     ]
     encoded = encode_read_response(entries, dropped_stale=2, reclaimed=129, dead_lettered=0)
@@ -96,7 +98,9 @@ def test_field_slices_skip_fields_of_every_wire_type_and_give_up_on_groups():
 
 def test_client_put_bytes_equal_the_generated_serialization():
     sent = [full_experience("a"), full_experience("b", tokens=0)]
-    expected = buffer_pb2.PutExperiencesRequest(stream="stream-ü", experiences=sent).SerializeToString(deterministic=True)
+    expected = buffer_pb2.PutExperiencesRequest(stream="stream-ü", experiences=sent).SerializeToString(
+        deterministic=True
+    )
     assert _put_request_bytes("stream-ü", sent) == expected
     assert _put_request_bytes("", []) == b""
 
@@ -110,7 +114,9 @@ def test_through_the_buffer_the_client_reads_exactly_the_bytes_it_put(buffer_ser
     assert batch.experiences == sent
     stored = redis.Redis.from_url(redis_server.url).xrange(StreamKeys(unique).stream)
     assert [fields[b"d"] for _, fields in stored] == [e.SerializeToString(deterministic=True) for e in sent]
-    assert [e.SerializeToString(deterministic=True) for e in batch.experiences] == [fields[b"d"] for _, fields in stored]
+    assert [e.SerializeToString(deterministic=True) for e in batch.experiences] == [
+        fields[b"d"] for _, fields in stored
+    ]
 
 
 class _InterferingRedis(redis.Redis):
