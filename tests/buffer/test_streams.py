@@ -61,12 +61,12 @@ def test_read_blocks_until_an_entry_arrives_or_returns_empty(client, unique):
 
 
 def test_unacked_entries_of_a_silent_consumer_are_reclaimed_by_another(client, unique):
-    client.create_stream(StreamConfig(name=unique, claim_idle_ms=200))
+    client.create_stream(StreamConfig(name=unique, claim_idle_ms=2000))
     client.put(unique, [experience(id=f"e{i}") for i in range(3)])
     taken = client.read(unique, "dead", 3)
     assert len(taken) == 3
     assert len(client.read(unique, "alive", 3)) == 0  # not idle long enough yet
-    time.sleep(0.3)
+    time.sleep(2.1)
     again = client.read(unique, "alive", 3)
     assert sorted(e.id for e in again.experiences) == ["e0", "e1", "e2"]
     assert again.reclaimed == 3 and again.delivery_counts == [2, 2, 2]

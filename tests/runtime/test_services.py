@@ -108,11 +108,11 @@ def test_sigterm_drains_in_flight_calls_then_exits_cleanly(redis_server, unique)
         result: dict[str, object] = {}
 
         def blocked_read() -> None:
-            result["batch"] = client.read(unique, "c", 1, block_ms=1500)
+            result["batch"] = client.read(unique, "c", 1, block_ms=4000)
 
         reader = threading.Thread(target=blocked_read)
         reader.start()
-        time.sleep(0.5)  # let the read reach the server and block there
+        time.sleep(1.5)  # let the read reach the server and block there
         service.process.send_signal(signal.SIGTERM)
         reader.join(timeout=30)
         assert service.process.wait(timeout=30) == 0
