@@ -15,7 +15,7 @@ from trinity.buffer.streams.experience_stream import ExperienceStream
 from trinity.buffer.streams.validation import validate_experiences
 from trinity.buffer.wire import PutExperiencesWire, encode_read_response
 from trinity.config import StreamConfig, TaskSetConfig, format_validation_error
-from trinity.runtime.errors import InvalidArgument, ResourceExhausted, grpc_errors
+from trinity.runtime.errors import InvalidArgument, ResourceExhausted, grpc_errors, require
 from trinity.runtime.status import service_status
 from trinity.v1 import buffer_pb2, buffer_pb2_grpc, common_pb2
 
@@ -34,12 +34,6 @@ def _config(model: type[BaseModel], spec: Any, field: str) -> Any:
 
 def _spec(config: BaseModel, message: Any) -> Any:
     return json_format.ParseDict(config.model_dump(mode="json"), message)
-
-
-def _require(value: str, field: str) -> str:
-    if not value:
-        raise InvalidArgument(field, "must be set")
-    return value
 
 
 def _batch_size(value: int, field: str) -> int:
@@ -71,7 +65,7 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
 
     @grpc_errors
     def GetTaskSet(self, request: buffer_pb2.GetTaskSetRequest, context: grpc.ServicerContext) -> Any:
-        return self._taskset_info(_require(request.name, "name"))
+        return self._taskset_info(require(request.name, "name"))
 
     @grpc_errors
     def ListTaskSets(self, request: buffer_pb2.ListTaskSetsRequest, context: grpc.ServicerContext) -> Any:
@@ -79,20 +73,20 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
 
     @grpc_errors
     def LeaseTasks(self, request: buffer_pb2.LeaseTasksRequest, context: grpc.ServicerContext) -> Any:
-        taskset = self.store.taskset(_require(request.taskset, "taskset"))
+        taskset = self.store.taskset(require(request.taskset, "taskset"))
         if request.lease_seconds < 0:
             raise InvalidArgument("lease_seconds", "must be >= 0 (0 = the task set's default)")
         tasks, exhausted = taskset.lease(
-            _require(request.consumer, "consumer"), _batch_size(request.batch_size, "batch_size"), request.lease_seconds
+            require(request.consumer, "consumer"), _batch_size(request.batch_size, "batch_size"), request.lease_seconds
         )
         metrics.TASKS_LEASED.labels(request.taskset).inc(len(tasks))
         return buffer_pb2.LeaseTasksResponse(tasks=tasks, exhausted=exhausted)
 
     @grpc_errors
     def CompleteTasks(self, request: buffer_pb2.CompleteTasksRequest, context: grpc.ServicerContext) -> Any:
-        taskset = self.store.taskset(_require(request.taskset, "taskset"))
+        taskset = self.store.taskset(require(request.taskset, "taskset"))
         for i, result in enumerate(request.results):
-            _require(result.lease_id, f"results[{i}].lease_id")
+            require(result.lease_id, f"results[{i}].lease_id")
             if result.pass_rate > 1:
                 raise InvalidArgument(f"results[{i}].pass_rate", f"must be <= 1, got {result.pass_rate}")
         completed, unknown = taskset.complete(request.results)
@@ -101,7 +95,7 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
 
     @grpc_errors
     def ReleaseTasks(self, request: buffer_pb2.ReleaseTasksRequest, context: grpc.ServicerContext) -> Any:
-        consumer = _require(request.consumer, "consumer")
+        consumer = require(request.consumer, "consumer")
         names = [request.taskset] if request.taskset else self.store.taskset_names()
         released = sum(self.store.taskset(n).release(consumer) for n in names)
         return buffer_pb2.ReleaseTasksResponse(released=released)
@@ -121,7 +115,7 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
 
     @grpc_errors
     def GetStream(self, request: buffer_pb2.GetStreamRequest, context: grpc.ServicerContext) -> Any:
-        return self._stream_info(self.store.stream(_require(request.name, "name")))
+        return self._stream_info(self.store.stream(require(request.name, "name")))
 
     @grpc_errors
     def ListStreams(self, request: buffer_pb2.ListStreamsRequest, context: grpc.ServicerContext) -> Any:
@@ -130,7 +124,7 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
 
     @grpc_errors
     def DeleteStream(self, request: buffer_pb2.DeleteStreamRequest, context: grpc.ServicerContext) -> Any:
-        return buffer_pb2.DeleteStreamResponse(deleted=self.store.delete_stream(_require(request.name, "name")))
+        return buffer_pb2.DeleteStreamResponse(deleted=self.store.delete_stream(require(request.name, "name")))
 
     @grpc_errors
     def PutExperiences(
@@ -140,7 +134,7 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
         payloads = None
         if isinstance(request, PutExperiencesWire):
             request, payloads = request.request, request.payloads
-        stream = self.store.stream(_require(request.stream, "stream"))
+        stream = self.store.stream(require(request.stream, "stream"))
         if len(request.experiences) > MAX_BATCH:
             raise ResourceExhausted(f"experiences: {len(request.experiences)} exceeds the limit of {MAX_BATCH}")
         validate_experiences(request.experiences)
@@ -153,11 +147,11 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
     @grpc_errors
     def ReadExperiences(self, request: buffer_pb2.ReadExperiencesRequest, context: grpc.ServicerContext) -> bytes:
         """The serialized ReadExperiencesResponse, assembled around the stored bytes (see `wire`)."""
-        stream = self.store.stream(_require(request.stream, "stream"))
+        stream = self.store.stream(require(request.stream, "stream"))
         if not 0 <= request.block_ms <= MAX_BLOCK_MS:
             raise InvalidArgument("block_ms", f"must be between 0 and {MAX_BLOCK_MS}, got {request.block_ms}")
         result = stream.read(
-            _require(request.consumer, "consumer"),
+            require(request.consumer, "consumer"),
             _batch_size(request.batch_size, "batch_size"),
             block_ms=request.block_ms,
             min_model_version=request.min_model_version,
@@ -174,7 +168,7 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
 
     @grpc_errors
     def AckExperiences(self, request: buffer_pb2.AckExperiencesRequest, context: grpc.ServicerContext) -> Any:
-        stream = self.store.stream(_require(request.stream, "stream"))
+        stream = self.store.stream(require(request.stream, "stream"))
         if len(request.entry_ids) > MAX_BATCH:
             raise ResourceExhausted(f"entry_ids: {len(request.entry_ids)} exceeds the limit of {MAX_BATCH}")
         acked = stream.ack(list(request.entry_ids))
@@ -183,21 +177,21 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
 
     @grpc_errors
     def NackExperiences(self, request: buffer_pb2.NackExperiencesRequest, context: grpc.ServicerContext) -> Any:
-        stream = self.store.stream(_require(request.stream, "stream"))
-        requeued = stream.nack(_require(request.consumer, "consumer"), list(request.entry_ids))
+        stream = self.store.stream(require(request.stream, "stream"))
+        requeued = stream.nack(require(request.consumer, "consumer"), list(request.entry_ids))
         return buffer_pb2.NackExperiencesResponse(requeued=requeued)
 
     @grpc_errors
     def TrimStream(self, request: buffer_pb2.TrimStreamRequest, context: grpc.ServicerContext) -> Any:
-        stream = self.store.stream(_require(request.stream, "stream"))
+        stream = self.store.stream(require(request.stream, "stream"))
         return buffer_pb2.TrimStreamResponse(removed=stream.trim())
 
     # ---- offline data ------------------------------------------------------------------------------
 
     @grpc_errors
     def LoadOfflineData(self, request: buffer_pb2.LoadOfflineDataRequest, context: grpc.ServicerContext) -> Any:
-        stream = self.store.stream(_require(request.stream, "stream"))
-        _require(request.path, "path")
+        stream = self.store.stream(require(request.stream, "stream"))
+        require(request.path, "path")
         experiences, skipped = offline_experiences(request)
         loaded = 0
         for start in range(0, len(experiences), 1000):
@@ -207,8 +201,8 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
 
     @grpc_errors
     def ExportStream(self, request: buffer_pb2.ExportStreamRequest, context: grpc.ServicerContext) -> Any:
-        stream = self.store.stream(_require(request.stream, "stream"))
-        exported = export_entries(stream.entries(), _require(request.path, "path"), request.format)
+        stream = self.store.stream(require(request.stream, "stream"))
+        exported = export_entries(stream.entries(), require(request.path, "path"), request.format)
         return buffer_pb2.ExportStreamResponse(exported=exported, path=request.path)
 
     @grpc_errors

@@ -48,7 +48,7 @@ class WeightFeed:
             return staged
 
     def _loop(self) -> None:
-        from trinity.sync import SyncError, open_receiver
+        from trinity.sync import NoUpdateYet, SyncError, open_receiver
 
         while not self._stop.is_set():
             receiver = None
@@ -64,8 +64,8 @@ class WeightFeed:
                 while not self._stop.is_set():
                     try:
                         version, named = receiver.receive(idle_timeout_s=IDLE_WAIT_S)
-                    except SyncError as err:
-                        if _is_idle(err) and self._generation_current():
+                    except NoUpdateYet:
+                        if self._generation_current():
                             continue
                         raise
                     tensors = list(named)
@@ -112,7 +112,3 @@ class WeightFeed:
         with contextlib.suppress(grpc.RpcError):
             self.gateway.report_sync_failure(self.run_id, self.generation, self.instance_id, error)
         self._stop.wait(0.5)
-
-
-def _is_idle(err: Exception) -> bool:
-    return "no weight update from the trainer within" in str(err)

@@ -11,17 +11,11 @@ from trinity.gateway.orchestrator import Orchestrator
 from trinity.gateway.registry import InstanceRegistry
 from trinity.gateway.runs import TERMINAL, RunStore
 from trinity.gateway.sync_groups import SyncGroups
-from trinity.runtime.errors import InvalidArgument, grpc_errors
+from trinity.runtime.errors import InvalidArgument, grpc_errors, require
 from trinity.runtime.status import service_status
 from trinity.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
 SERVICES = ("buffer", "explorer", "trainer")
-
-
-def _require(value: str, field: str) -> str:
-    if not value:
-        raise InvalidArgument(field, "must be set")
-    return value
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
@@ -36,11 +30,11 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
 
     @grpc_errors
     def CreateRun(self, request: gateway_pb2.CreateRunRequest, context: grpc.ServicerContext) -> Any:
-        return self.orchestrator.create_run(_require(request.config_yaml, "config_yaml"), request.run_id)
+        return self.orchestrator.create_run(require(request.config_yaml, "config_yaml"), request.run_id)
 
     @grpc_errors
     def GetRun(self, request: gateway_pb2.GetRunRequest, context: grpc.ServicerContext) -> Any:
-        return self.runs.get(_require(request.run_id, "run_id"))
+        return self.runs.get(require(request.run_id, "run_id"))
 
     @grpc_errors
     def ListRuns(self, request: gateway_pb2.ListRunsRequest, context: grpc.ServicerContext) -> Any:
@@ -48,7 +42,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
 
     @grpc_errors
     def CancelRun(self, request: gateway_pb2.CancelRunRequest, context: grpc.ServicerContext) -> Any:
-        return self.orchestrator.cancel(_require(request.run_id, "run_id"), request.reason or "cancelled by user")
+        return self.orchestrator.cancel(require(request.run_id, "run_id"), request.reason or "cancelled by user")
 
     def WatchRun(self, request: gateway_pb2.WatchRunRequest, context: grpc.ServicerContext) -> Iterator[Any]:
         if not request.run_id:
@@ -73,8 +67,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
     @grpc_errors
     def ReportEvent(self, request: gateway_pb2.ReportEventRequest, context: grpc.ServicerContext) -> Any:
         event = request.event
-        _require(event.run_id, "event.run_id")
-        _require(event.kind, "event.kind")
+        require(event.run_id, "event.run_id")
+        require(event.kind, "event.kind")
         seq, active = self.orchestrator.report(event)
         return gateway_pb2.ReportEventResponse(seq=seq, run_active=active)
 
@@ -83,8 +77,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
     @grpc_errors
     def Register(self, request: gateway_pb2.RegisterRequest, context: grpc.ServicerContext) -> Any:
         instance = request.instance
-        _require(instance.instance_id, "instance.instance_id")
-        _require(instance.address, "instance.address")
+        require(instance.instance_id, "instance.instance_id")
+        require(instance.address, "instance.address")
         if instance.service not in SERVICES:
             raise InvalidArgument("instance.service", f"unknown {instance.service!r}; known: {', '.join(SERVICES)}")
         self.registry.register(instance)
@@ -92,7 +86,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
 
     @grpc_errors
     def Heartbeat(self, request: gateway_pb2.HeartbeatRequest, context: grpc.ServicerContext) -> Any:
-        known = self.registry.heartbeat(_require(request.instance_id, "instance_id"), request.run_id)
+        known = self.registry.heartbeat(require(request.instance_id, "instance_id"), request.run_id)
         return gateway_pb2.HeartbeatResponse(known=known)
 
     @grpc_errors
@@ -103,8 +97,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
 
     @grpc_errors
     def OpenSyncGroup(self, request: gateway_pb2.OpenSyncGroupRequest, context: grpc.ServicerContext) -> Any:
-        _require(request.run_id, "run_id")
-        _require(request.instance_id, "instance_id")
+        require(request.run_id, "run_id")
+        require(request.instance_id, "instance_id")
         group = self.sync.open(request)
         self.orchestrator.event(
             request.run_id, "weights", message=f"sync group generation {group.generation} opened ({group.host})"
@@ -114,20 +108,20 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
     @grpc_errors
     def JoinSyncGroup(self, request: gateway_pb2.JoinSyncGroupRequest, context: grpc.ServicerContext) -> Any:
         return self.sync.join(
-            _require(request.run_id, "run_id"), _require(request.instance_id, "instance_id"), request.has_gpu
+            require(request.run_id, "run_id"), require(request.instance_id, "instance_id"), request.has_gpu
         )
 
     @grpc_errors
     def GetSyncGroup(self, request: gateway_pb2.GetSyncGroupRequest, context: grpc.ServicerContext) -> Any:
-        return self.sync.get(_require(request.run_id, "run_id"))
+        return self.sync.get(require(request.run_id, "run_id"))
 
     @grpc_errors
     def AnnounceWeights(self, request: gateway_pb2.AnnounceWeightsRequest, context: grpc.ServicerContext) -> Any:
-        return self.sync.announce(_require(request.run_id, "run_id"), request.generation, request.version)
+        return self.sync.announce(require(request.run_id, "run_id"), request.generation, request.version)
 
     @grpc_errors
     def ReportSyncFailure(self, request: gateway_pb2.ReportSyncFailureRequest, context: grpc.ServicerContext) -> Any:
-        group = self.sync.close(_require(request.run_id, "run_id"), request.generation)
+        group = self.sync.close(require(request.run_id, "run_id"), request.generation)
         self.orchestrator.event(
             request.run_id,
             "weights",

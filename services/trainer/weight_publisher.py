@@ -144,5 +144,4 @@ class WeightPublisher:
 
     def close(self) -> None:
         self._close_sender()
-        if self._rendezvous is not None:
-            self._rendezvous = None
+        self._rendezvous = None

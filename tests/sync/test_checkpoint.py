@@ -11,8 +11,8 @@ from trinity.sync import (
     CheckpointReceiver,
     CheckpointSender,
     ChecksumMismatch,
+    NoUpdateYet,
     StaleVersion,
-    SyncError,
     SyncGroupSpec,
     open_receiver,
     open_sender,
@@ -95,7 +95,7 @@ def test_receiver_hands_over_whole_layers_and_only_newer_versions(tmp_path: Path
         (2, ["position_ids"]),
     ]
     assert [p.name for p in (tmp_path / "ckpt").glob("v*")] == ["v000000000002"]  # keep=1 pruned version 1
-    with pytest.raises(SyncError, match="no new weight version"):
+    with pytest.raises(NoUpdateYet, match="no new weight version"):
         receiver.receive(idle_timeout_s=0.05)
 
 

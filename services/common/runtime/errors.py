@@ -52,6 +52,13 @@ class Unavailable(ServiceError):
     code = grpc.StatusCode.UNAVAILABLE
 
 
+def require(value: str, field: str) -> str:
+    """A request field that must be set; INVALID_ARGUMENT naming it otherwise."""
+    if not value:
+        raise InvalidArgument(field, "must be set")
+    return value
+
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 

@@ -11,7 +11,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterable
 from concurrent import futures
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -71,7 +71,6 @@ class ServiceRegistration:
     add_to_server: Callable[[grpc.Server], None]
     service_names: Iterable[str]
     on_shutdown: Callable[[], None] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class GrpcServer:

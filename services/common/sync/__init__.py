@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from trinity.sync.errors import ChecksumMismatch, StaleVersion, SyncError
+from trinity.sync.errors import ChecksumMismatch, NoUpdateYet, StaleVersion, SyncError
 from trinity.sync.spec import Rendezvous, SyncGroupSpec, reserve_rendezvous
 
 _LAZY = {
@@ -45,6 +45,7 @@ __all__ = [
     "CheckpointSender",
     "ChecksumMismatch",
     "LoadFn",
+    "NoUpdateYet",
     "Rendezvous",
     "StaleVersion",
     "SyncError",

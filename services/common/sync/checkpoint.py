@@ -28,7 +28,7 @@ from safetensors.torch import save as save_safetensors
 
 from trinity.runtime.logging import get_logger
 from trinity.sync.checksum import CHECKSUMS
-from trinity.sync.errors import ChecksumMismatch, StaleVersion, SyncError
+from trinity.sync.errors import ChecksumMismatch, NoUpdateYet, StaleVersion, SyncError
 from trinity.sync.interface import NamedTensors, SyncReceiver, SyncReport, SyncSender, register_sync_backend
 from trinity.sync.spec import SyncGroupSpec
 
@@ -174,7 +174,7 @@ class CheckpointReceiver(SyncReceiver):
                 log.info("weights.received", group=self.spec.name, rank=self.rank, version=latest, tensors=len(named))
                 return latest, iter(named)
             if time.monotonic() >= deadline:
-                raise SyncError(f"no new weight version in {self.root} within {wait_s}s (serving {self.version})")
+                raise NoUpdateYet(f"no new weight version in {self.root} within {wait_s}s (serving {self.version})")
             time.sleep(self.poll_interval_s)
 
     def _load(self, version: int) -> list[tuple[str, torch.Tensor]]:

@@ -14,7 +14,7 @@ import torch
 
 from trinity.runtime.logging import get_logger
 from trinity.sync.checksum import checksum_bytes, tensor_bytes
-from trinity.sync.errors import ChecksumMismatch, StaleVersion, SyncError
+from trinity.sync.errors import ChecksumMismatch, NoUpdateYet, StaleVersion, SyncError
 from trinity.sync.interface import NamedTensors, SyncReceiver, SyncReport, SyncSender, register_sync_backend
 from trinity.sync.protocol import (
     CHUNK,
@@ -267,7 +267,7 @@ class WeightReceiver(SyncReceiver):
             self.transport.store.wait([_doorbell(self._seq)], timedelta(seconds=wait_s))
         except Exception as err:
             self._seq -= 1  # nothing was consumed: the next receive() waits for the same update
-            raise SyncError(f"no weight update from the trainer within {wait_s}s (or it is gone): {err}") from err
+            raise NoUpdateYet(f"no weight update from the trainer within {wait_s}s (or it is gone): {err}") from err
 
     def _protocol_error(self, problem: str) -> tuple[int, Iterator[tuple[str, torch.Tensor]]]:
         self.transport.broken = problem

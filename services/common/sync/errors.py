@@ -19,3 +19,8 @@ class ChecksumMismatch(SyncError):
 
 class StaleVersion(SyncError):
     """A version that is not newer than the last one published or served (weight versions only increase)."""
+
+
+class NoUpdateYet(SyncError):
+    """`receive(idle_timeout_s=...)` waited and no update began. Nothing was consumed and the group is
+    still usable: call `receive()` again."""
