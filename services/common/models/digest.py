@@ -16,5 +16,5 @@ def weights_digest(named_tensors: Iterable[tuple[str, Any]]) -> int:
     for name, tensor in sorted(named_tensors, key=lambda item: item[0]):
         flat = tensor.detach().to("cpu").contiguous()
         hasher.update(f"{name}|{flat.dtype}|{tuple(flat.shape)}".encode())
-        hasher.update(flat.reshape(-1).view(torch.uint8).numpy().tobytes())
+        hasher.update(flat.reshape(-1).view(torch.uint8).numpy())  # the buffer itself, no copy
     return hasher.intdigest() & ((1 << DIGEST_BITS) - 1)
