@@ -1,11 +1,18 @@
-"""Experiences (protobuf) -> token sequences -> right-padded micro-batches under a token budget.
+"""Experiences (protobuf) -> token sequences -> micro-batches under a token budget.
 
-Padding choice: right padding per micro-batch, with sequences sorted by length before they are packed
-into micro-batches, so each micro-batch pads only to its own longest member and neighbours have similar
-lengths. Padding-free packing (one long row with restarted position ids) needs a varlen attention kernel
-(flash-attention) to keep packed sequences from attending to each other; the CPU SDPA path has none,
-and a block-diagonal mask would cost more than the padding it saves. Log-probs are read only at response
-positions (see `response_index`), so padding never reaches the loss.
+Two layouts, both right-padded:
+- one row per sequence, sorted by length before packing so each micro-batch pads only to its own
+  longest member;
+- shared prompts (`pack_budget`): sequences with the same prompt (a GRPO group, a DPO pair) share one
+  row, `prompt + response_1 + response_2 + ...`, under a block mask in which every response sees the
+  prompt and itself, with position ids restarting after the prompt. The prompt is computed once per
+  group instead of once per sample, and the gradient is the same (each response reads the same prompt
+  states it would read alone). With 8 samples of ~55 prompt and 16 response tokens, a group costs 183
+  tokens instead of 568.
+
+General padding-free packing of *unrelated* sequences would need a varlen attention kernel, which the
+CPU SDPA path lacks; shared prompts are worth a block mask because they remove work, not just padding.
+Log-probs are read only at response positions (see `response_index`), so padding never reaches the loss.
 """
 
 from __future__ import annotations
@@ -193,26 +200,55 @@ def to_samples(
     return samples
 
 
-def plan_micro_batches(samples: Sequence[Sample], token_budget: int) -> list[list[int]]:
+def group_by_prompt(items: Sequence[tuple[tuple[int, ...], int]], budget: int) -> list[tuple[list[int], int]]:
+    """Indices of `items` (prompt, tokens the item adds after that prompt) grouped by shared prompt, in
+    order, with each group's row length. A group grows while its row (the prompt once, then every
+    item's tokens) fits `budget`, and holds at least one item."""
+    groups: list[tuple[list[int], int]] = []
+    open_group: dict[tuple[int, ...], int] = {}  # prompt -> index of the group still growing
+    for i, (prompt, tokens) in enumerate(items):
+        g = open_group.get(prompt)
+        if g is not None and groups[g][1] + tokens <= budget:
+            members, length = groups[g]
+            members.append(i)
+            groups[g] = (members, length + tokens)
+        else:
+            open_group[prompt] = len(groups)
+            groups.append(([i], len(prompt) + tokens))
+    return groups
+
+
+def _after_prompt(sample: Sample) -> int:
+    """Tokens a sample adds to a row that starts with its prompt (a second prompt only if it differs)."""
+    first = sample.chosen.prompt
+    return sum(len(s.response) + (len(s.prompt) if s.prompt != first else 0) for s in sample.sequences)
+
+
+def plan_micro_batches(samples: Sequence[Sample], token_budget: int, share_prompts: bool = False) -> list[list[int]]:
     """Split sample indices into micro-batches whose padded size (rows x longest row) fits the budget.
 
-    Samples are taken longest first, so each micro-batch holds similar lengths; a sample longer than the
-    budget on its own forms a micro-batch by itself (it cannot be split without changing the loss).
-    Preference pairs count as two rows. Returns index lists into `samples`.
+    Rows are samples (preference pairs count as two), or with `share_prompts` the shared-prompt rows
+    of `group_by_prompt`, taken longest first, so each micro-batch holds similar lengths; a row longer than
+    the budget on its own forms a micro-batch by itself (it cannot be split without changing the loss).
+    Returns index lists into `samples`.
     """
-    order = sorted(range(len(samples)), key=lambda i: samples[i].cost_length, reverse=True)
+    units: list[tuple[list[int], int, int]]  # (sample indices, rows, row length)
+    if share_prompts:
+        items = [(tuple(s.chosen.prompt), _after_prompt(s)) for s in samples]
+        units = [(members, 1, length) for members, length in group_by_prompt(items, token_budget)]
+    else:
+        units = [([i], len(s.sequences), s.cost_length) for i, s in enumerate(samples)]
+    units.sort(key=lambda u: u[2], reverse=True)
     batches: list[list[int]] = []
     current: list[int] = []
     rows = 0
     longest = 0
-    for i in order:
-        s = samples[i]
-        r = len(s.sequences)
-        new_longest = max(longest, s.cost_length)
+    for members, r, length in units:
+        new_longest = max(longest, length)
         if current and (rows + r) * new_longest > token_budget:
             batches.append(current)
-            current, rows, new_longest = [], 0, s.cost_length
-        current.append(i)
+            current, rows, new_longest = [], 0, length
+        current.extend(members)
         rows += r
         longest = new_longest
     if current:
@@ -224,10 +260,12 @@ def plan_micro_batches(samples: Sequence[Sample], token_budget: int) -> list[lis
 class TokenBatch:
     """Right-padded tensors for a set of sequences.
 
-    input_ids, attention_mask: `[rows, seq]`; response_index: `[rows, resp]` position of the hidden
-    state that predicts each response token (prompt_len - 1 + j; clamped to 0 in padding);
-    targets: `[rows, resp]` the response tokens; mask: `[rows, resp]` bool, train on this token;
-    old_logprobs, token_rewards, teacher_logprobs: `[rows, resp]` or None when no row has them.
+    input_ids: `[rows, seq]`; attention_mask: `[rows, seq]` (1 = token), or for shared-prompt rows a
+    `[rows, 1, seq, seq]` bool block mask (True = may attend) with `position_ids` `[rows, seq]`;
+    response_index: `[n, resp]` position of the hidden state that predicts each response token of
+    sequence n (prompt_len - 1 + j in its own row; clamped to 0 in padding), in row `response_row[n]`
+    (None: row n); targets: `[n, resp]` the response tokens; mask: `[n, resp]` bool, train on this token;
+    old_logprobs, token_rewards, teacher_logprobs: `[n, resp]` or None when no sequence has them.
     """
 
     input_ids: torch.Tensor
@@ -238,6 +276,8 @@ class TokenBatch:
     old_logprobs: torch.Tensor | None = None
     token_rewards: torch.Tensor | None = None
     teacher_logprobs: torch.Tensor | None = None
+    position_ids: torch.Tensor | None = None
+    response_row: torch.Tensor | None = None
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
 
     @property
@@ -257,55 +297,104 @@ class TokenBatch:
             old_logprobs=mv(self.old_logprobs),
             token_rewards=mv(self.token_rewards),
             teacher_logprobs=mv(self.teacher_logprobs),
+            position_ids=mv(self.position_ids),
+            response_row=mv(self.response_row),
             extras={k: v.to(device) for k, v in self.extras.items()},
         )
 
 
-def collate(seqs: Sequence[TokenSequence], pad_id: int) -> TokenBatch:
-    """Pad `seqs` to the longest sequence (tokens) and the longest response (annotations)."""
-    rows = len(seqs)
-    seq_len = max(s.length for s in seqs)
-    resp_len = max(max(len(s.response) for s in seqs), 1)
-    input_ids = torch.full((rows, seq_len), pad_id, dtype=torch.long)
-    attention = torch.zeros((rows, seq_len), dtype=torch.long)
-    index = torch.zeros((rows, resp_len), dtype=torch.long)
-    targets = torch.full((rows, resp_len), pad_id, dtype=torch.long)
-    mask = torch.zeros((rows, resp_len), dtype=torch.bool)
-    optional = {"old_logprobs": {}, "token_rewards": {}, "teacher_logprobs": {}}
-    for r, s in enumerate(seqs):
-        ids = s.prompt + s.response
-        n, p = len(s.response), len(s.prompt)
-        if p == 0 and n:
+_OPTIONAL = ("old_logprobs", "token_rewards", "teacher_logprobs")
+
+
+def collate(seqs: Sequence[TokenSequence], pad_id: int, pack_budget: int | None = None) -> TokenBatch:
+    """Pad `seqs` to the longest row (tokens) and the longest response (annotations).
+
+    With `pack_budget`, sequences that share a prompt share a row of at most that many tokens (see the
+    module doc); without shared prompts the layout is one row per sequence either way.
+    """
+    for s in seqs:
+        if not s.prompt and s.response:
             raise ValueError("a sequence needs at least one prompt token to predict its first response token")
-        input_ids[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-        attention[r, : len(ids)] = 1
-        if n:
-            index[r, :n] = torch.arange(p - 1, p - 1 + n)
-            targets[r, :n] = torch.tensor(s.response, dtype=torch.long)
-            mask[r, :n] = torch.tensor(s.action_mask, dtype=torch.bool)
-        for name, per_row in optional.items():
+    n = len(seqs)
+    resp_len = max(max(len(s.response) for s in seqs), 1)
+    targets = torch.full((n, resp_len), pad_id, dtype=torch.long)
+    mask = torch.zeros((n, resp_len), dtype=torch.bool)
+    optional: dict[str, torch.Tensor | None] = dict.fromkeys(_OPTIONAL)
+    for r, s in enumerate(seqs):
+        k = len(s.response)
+        if k:
+            targets[r, :k] = torch.tensor(s.response, dtype=torch.long)
+            mask[r, :k] = torch.tensor(s.action_mask, dtype=torch.bool)
+        for name in _OPTIONAL:
             values = getattr(s, name)
             if values is not None:
-                per_row[r] = values
-    tensors: dict[str, torch.Tensor | None] = {}
-    for name, per_row in optional.items():
-        if not per_row:
-            tensors[name] = None
-            continue
-        t = torch.zeros((rows, resp_len), dtype=torch.float32)
-        for r, values in per_row.items():
-            t[r, : len(values)] = torch.tensor(values, dtype=torch.float32)
-        tensors[name] = t
-    return TokenBatch(
-        input_ids=input_ids,
-        attention_mask=attention,
-        response_index=index,
-        targets=targets,
-        mask=mask,
-        old_logprobs=tensors["old_logprobs"],
-        token_rewards=tensors["token_rewards"],
-        teacher_logprobs=tensors["teacher_logprobs"],
-    )
+                if optional[name] is None:
+                    optional[name] = torch.zeros((n, resp_len), dtype=torch.float32)
+                optional[name][r, : len(values)] = torch.tensor(values, dtype=torch.float32)  # type: ignore[index]
+    rows = None
+    if pack_budget is not None:
+        rows = group_by_prompt([(tuple(s.prompt), len(s.response)) for s in seqs], pack_budget)
+        if len(rows) == n:
+            rows = None  # nothing shared: the plain layout runs SDPA's causal path
+    layout = _shared_prompt_rows(seqs, rows, resp_len, pad_id) if rows else _plain_rows(seqs, resp_len, pad_id)
+    return TokenBatch(targets=targets, mask=mask, **optional, **layout)
+
+
+def _plain_rows(seqs: Sequence[TokenSequence], resp_len: int, pad_id: int) -> dict[str, torch.Tensor]:
+    seq_len = max(s.length for s in seqs)
+    input_ids = torch.full((len(seqs), seq_len), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(seqs), seq_len), dtype=torch.long)
+    index = torch.zeros((len(seqs), resp_len), dtype=torch.long)
+    for r, s in enumerate(seqs):
+        ids = s.prompt + s.response
+        input_ids[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        attention[r, : len(ids)] = 1
+        p = len(s.prompt)
+        index[r, : len(s.response)] = torch.arange(p - 1, p - 1 + len(s.response))
+    return {"input_ids": input_ids, "attention_mask": attention, "response_index": index}
+
+
+def _shared_prompt_rows(
+    seqs: Sequence[TokenSequence], rows: list[tuple[list[int], int]], resp_len: int, pad_id: int
+) -> dict[str, torch.Tensor]:
+    """Row = prompt, then each member's response; `segment` 0 marks the prompt, m + 1 member m, -1 padding."""
+    seq_len = max(length for _, length in rows)
+    input_ids = torch.full((len(rows), seq_len), pad_id, dtype=torch.long)
+    positions = torch.zeros((len(rows), seq_len), dtype=torch.long)
+    segment = torch.full((len(rows), seq_len), -1, dtype=torch.long)
+    index = torch.zeros((len(seqs), resp_len), dtype=torch.long)
+    row_of = torch.zeros(len(seqs), dtype=torch.long)
+    for row, (members, _) in enumerate(rows):
+        prompt = seqs[members[0]].prompt
+        p = len(prompt)
+        input_ids[row, :p] = torch.tensor(prompt, dtype=torch.long)
+        positions[row, :p] = torch.arange(p)
+        segment[row, :p] = 0
+        start = p
+        for m, i in enumerate(members):
+            response = seqs[i].response
+            k = len(response)
+            row_of[i] = row
+            if not k:
+                continue
+            input_ids[row, start : start + k] = torch.tensor(response, dtype=torch.long)
+            positions[row, start : start + k] = torch.arange(p, p + k)
+            segment[row, start : start + k] = m + 1
+            # token j is predicted by the state before it: the prompt's last for j = 0, else its own j - 1
+            index[i, 0] = p - 1
+            index[i, 1:k] = torch.arange(start, start + k - 1)
+            start += k
+    causal = torch.ones((seq_len, seq_len), dtype=torch.bool).tril()
+    query, key = segment.unsqueeze(2), segment.unsqueeze(1)
+    # Padding attends to earlier padding only, so no query row is fully masked (SDPA would give NaN).
+    allowed = causal & ((key == 0) & (query >= 0) | (query == key))
+    return {
+        "input_ids": input_ids,
+        "attention_mask": allowed.unsqueeze(1),
+        "position_ids": positions,
+        "response_index": index,
+        "response_row": row_of,
+    }
 
 
 def filter_experiences(

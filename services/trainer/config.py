@@ -62,6 +62,9 @@ class TrainerSettings(_Strict):
     optimizer: OptimizerSettings = Field(default_factory=OptimizerSettings)
 
     micro_batch_tokens: int = Field(8192, gt=0, description="padded tokens per forward/backward pass")
+    share_prompts: bool = Field(
+        True, description="samples with the same prompt share one row: the prompt is computed once per group"
+    )
     mini_batch_size: int | None = Field(None, gt=0, description="experiences per optimizer update; None = all")
     ppo_epochs: int = Field(1, gt=0)
     logprob_chunk_size: int = Field(256, gt=0, description="sequence positions per log-softmax chunk")

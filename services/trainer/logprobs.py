@@ -67,9 +67,13 @@ def chunked_logprobs(
     return torch.cat(logps, dim=1), torch.cat(ents, dim=1)
 
 
-def gather_positions(hidden: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """hidden `[batch, seq, h]`, index `[batch, resp]` -> `[batch, resp, h]` (rows picked per batch row)."""
-    return hidden.gather(1, index.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
+def gather_positions(hidden: torch.Tensor, index: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """hidden `[batch, seq, h]`, index `[n, resp]` -> `[n, resp, h]`: positions `index[i]` of row
+    `rows[i]` (of row i when `rows` is None, and then n = batch)."""
+    if rows is None:
+        return hidden.gather(1, index.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
+    flat = rows.unsqueeze(1) * hidden.shape[1] + index
+    return hidden.flatten(0, 1)[flat]
 
 
 def naive_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

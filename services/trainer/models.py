@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from trinity.trainer.batch import TokenBatch
 from trinity.trainer.config import LoraSettings
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -94,18 +95,29 @@ class ValueModel(nn.Module):
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        """Values `[batch, resp]` of the states before each response token (positions `index`)."""
+    def forward(self, batch: TokenBatch) -> torch.Tensor:
+        """Values `[n, resp]` of the states before each response token of each sequence."""
         from trinity.trainer.logprobs import gather_positions
 
-        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        return self.head(gather_positions(hidden, index)).squeeze(-1).float()
+        hidden = decode(self.backbone, batch)
+        return self.head(gather_positions(hidden, batch.response_index, batch.response_row)).squeeze(-1).float()
 
 
-def response_hidden(
-    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, index: torch.Tensor
-) -> tuple[torch.Tensor, nn.Module]:
-    """Final hidden states `[batch, resp, hidden]` at response positions, and the lm_head to apply.
+def decode(decoder: nn.Module, batch: TokenBatch) -> torch.Tensor:
+    """Last hidden states `[rows, seq, hidden]` of a decoder stack (`model.model`, not the LM head).
+
+    A shared-prompt block mask goes to SDPA as booleans; eager attention adds its mask to the scores,
+    so it gets the additive form.
+    """
+    mask = batch.attention_mask
+    if mask.dim() == 4 and getattr(decoder.config, "_attn_implementation", "sdpa") != "sdpa":
+        dtype = next(decoder.parameters()).dtype
+        mask = torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, torch.finfo(dtype).min)
+    return decoder(input_ids=batch.input_ids, attention_mask=mask, position_ids=batch.position_ids).last_hidden_state
+
+
+def response_hidden(model: nn.Module, batch: TokenBatch) -> tuple[torch.Tensor, nn.Module]:
+    """Final hidden states `[n, resp, hidden]` at response positions, and the lm_head to apply.
 
     Calling the decoder directly (not `model(...)`) avoids the `[batch, seq, vocab]` logits of the whole
     sequence; the caller applies the head in chunks to the response positions only.
@@ -113,8 +125,8 @@ def response_hidden(
     from trinity.trainer.logprobs import gather_positions
 
     lm = causal_lm(model)
-    out = lm.model(input_ids=input_ids, attention_mask=attention_mask)
-    return gather_positions(out.last_hidden_state, index), lm.lm_head
+    hidden = decode(lm.model, batch)
+    return gather_positions(hidden, batch.response_index, batch.response_row), lm.lm_head
 
 
 def maybe_no_grad(enabled: bool) -> Any:

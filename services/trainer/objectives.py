@@ -83,7 +83,7 @@ def build_objective(backend: TorchBackend, samples: list[Sample]) -> tuple[Micro
         else:
             old = full.old_logprobs
         if critic is not None:
-            values = backend.forward_rows(rows, lambda mb: critic(mb.input_ids, mb.attention_mask, mb.response_index))
+            values = backend.forward_rows(rows, critic)
         rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
         token_rewards = full.token_rewards
         if alg.kl_penalty is not None and ref is not None and old is not None:
@@ -124,7 +124,7 @@ def build_objective(backend: TorchBackend, samples: list[Sample]) -> tuple[Micro
 
     def objective(micro: list[int], mini: list[int]) -> tuple[torch.Tensor, dict[str, float], float]:
         mb_rows, mini_rows = rows_for(micro), rows_for(mini)
-        mb = collate([rows[r] for r in mb_rows], backend.pad_id)
+        mb = collate([rows[r] for r in mb_rows], backend.pad_id, backend.pack_budget)
         width = mb.mask.shape[1]
         mini_mask = mask[mini_rows, : max(int(lengths[mini_rows].max()), 1)]
 
@@ -160,7 +160,7 @@ def build_objective(backend: TorchBackend, samples: list[Sample]) -> tuple[Micro
                 total = total + kl_loss * part(alg.loss_agg_mode)
                 metrics["kl_loss"] = float(kl_loss.detach())
         if critic is not None and alg.value_loss is not None:
-            v_new = critic(mb.input_ids, mb.attention_mask, mb.response_index)
+            v_new = critic(mb)
             v_loss, vm = alg.value_loss(values=v_new, old_values=sl(values), returns=sl(returns), mask=mb.mask)
             total = total + settings.value_loss_coef * v_loss * part(agg_mode(alg.value_loss))
             metrics.update({k: float(v) for k, v in vm.items()})

@@ -64,6 +64,7 @@ def trainer_settings(config: RunConfig, model_path: str, checkpoint_dir: Path) -
             max_grad_norm=opt.max_grad_norm,
         ),
         micro_batch_tokens=tr.micro_batch_tokens,
+        share_prompts=tr.share_prompts,
         mini_batch_size=tr.mini_batch_size,
         ppo_epochs=tr.ppo_epochs,
         logprob_temperature=config.explorer.temperature or 1.0,

@@ -84,6 +84,11 @@ class TorchBackend:
     def step(self) -> int:
         return self.state.step
 
+    @property
+    def pack_budget(self) -> int | None:
+        """Row budget for shared-prompt rows (`collate`), None when prompts are not shared."""
+        return self.settings.micro_batch_tokens if self.settings.share_prompts else None
+
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         return named_weights(self.policy)
 
@@ -127,7 +132,7 @@ class TorchBackend:
         """
         device = next(model.parameters()).device.type
         with torch.autocast(device, dtype=torch.bfloat16, enabled=self.settings.autocast == "bfloat16"):
-            hidden, head = response_hidden(model, batch.input_ids, batch.attention_mask, batch.response_index)
+            hidden, head = response_hidden(model, batch)
             return chunked_logprobs(
                 head,
                 hidden,
@@ -143,8 +148,8 @@ class TorchBackend:
         width = max(max(len(r.response) for r in rows), 1)
         out = torch.zeros((len(rows), width), dtype=torch.float32)
         units = [Sample(id="", chosen=r) for r in rows]
-        for idx in plan_micro_batches(units, self.settings.micro_batch_tokens):
-            mb = collate([rows[i] for i in idx], self.pad_id)
+        for idx in plan_micro_batches(units, self.settings.micro_batch_tokens, self.settings.share_prompts):
+            mb = collate([rows[i] for i in idx], self.pad_id, self.pack_budget)
             out[idx, : mb.mask.shape[1]] = fn(mb).float()
         return out
 
@@ -234,7 +239,7 @@ class TorchBackend:
     ) -> None:
         """Backward over the token-budget micro-batches of one mini-batch; grads sum in `.grad`."""
         sub = [samples[i] for i in mini]
-        for local in plan_micro_batches(sub, self.settings.micro_batch_tokens):
+        for local in plan_micro_batches(sub, self.settings.micro_batch_tokens, self.settings.share_prompts):
             micro = [mini[j] for j in local]
             loss, m, w = objective(micro, mini)
             loss.backward()

@@ -35,7 +35,7 @@ def test_response_positions_give_the_same_logprobs_as_a_full_forward(tiny_model:
     samples = to_samples(exps, None)
     batch = collate([s.chosen for s in samples], pad_id=2)
     with torch.no_grad():
-        hidden, head = response_hidden(model, batch.input_ids, batch.attention_mask, batch.response_index)
+        hidden, head = response_hidden(model, batch)
         lp, _ = chunked_logprobs(head, hidden, batch.targets, chunk_size=4)
         for row, exp in enumerate(exps):
             ids = torch.tensor([list(exp.prompt_token_ids) + list(exp.response_token_ids)])

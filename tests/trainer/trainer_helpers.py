@@ -44,3 +44,26 @@ def random_rollouts(n: int, *, seed: int = 0, vocab: int = 272, groups: int = 2)
             )
         )
     return out
+
+
+def grouped_rollouts(groups: int, per_group: int, *, seed: int = 0, vocab: int = 272) -> list[common_pb2.Experience]:
+    """GRPO-shaped rollouts: `per_group` responses of varied length to each of `groups` prompts."""
+    rng = random.Random(seed)
+    out = []
+    for g in range(groups):
+        prompt = [rng.randrange(3, vocab) for _ in range(rng.randint(2, 9))]
+        for k in range(per_group):
+            r = rng.randint(1, 12)
+            out.append(
+                common_pb2.Experience(
+                    id=f"g{seed}-{g}-{k}",
+                    kind=common_pb2.EXPERIENCE_KIND_ROLLOUT,
+                    group_id=f"g{g}",
+                    prompt_token_ids=prompt,
+                    response_token_ids=[rng.randrange(3, vocab) for _ in range(r)],
+                    logprobs=[-rng.uniform(4.0, 7.0) for _ in range(r)],
+                    action_mask=[rng.random() > 0.2 or j == 0 for j in range(r)],
+                    reward=float(rng.random() > 0.5),
+                )
+            )
+    return out

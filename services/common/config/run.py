@@ -143,6 +143,9 @@ class TrainerConfig(_Section):
     backend: Literal["torch", "megatron"] = "torch"
     optimizer: OptimizerSection = OptimizerSection()
     micro_batch_tokens: int = Field(default=8192, gt=0)
+    share_prompts: bool = Field(
+        default=True, description="torch backend: samples with the same prompt share one row (prompt computed once)"
+    )
     mini_batch_size: int | None = Field(default=None, gt=0)
     ppo_epochs: int = Field(default=1, gt=0)
     save_interval: int = Field(default=0, ge=0)

@@ -64,6 +64,7 @@ class _ObjectiveHost:
         self.algorithm = engine.algorithm
         self.settings = engine.settings
         self.pad_id = engine.pad_id
+        self.pack_budget = None  # Megatron's GPT model takes one row per sequence (no block masks)
         self.step = engine.state.step
         self.policy = POLICY
         self.reference = REFERENCE if engine.reference is not None else None
