@@ -2,8 +2,8 @@
 
 A full `[batch, seq, vocab]` float32 log-softmax is the largest tensor of an RL step (49k vocab x 1k
 tokens x 4 bytes = 200 MB per row). Here the lm_head and log-softmax run on `chunk_size` response
-positions at a time, and under autograd each chunk is recomputed in backward (activation checkpointing),
-so only one chunk's logits are alive at once in either direction.
+positions at a time, and under autograd, when there are several chunks, each is recomputed in backward
+(activation checkpointing), so only one chunk's logits are alive at once in either direction.
 """
 
 from __future__ import annotations
@@ -53,7 +53,9 @@ def chunked_logprobs(
     """
     if chunk_size <= 0:
         raise ValueError("chunk_size must be positive")
-    recompute = torch.is_grad_enabled() and hidden.requires_grad
+    # Recomputing a chunk in backward only saves memory when there are several chunks; a single chunk's
+    # logits would be alive at once in backward anyway.
+    recompute = torch.is_grad_enabled() and hidden.requires_grad and hidden.shape[1] > chunk_size
     logps, ents = [], []
     for start in range(0, hidden.shape[1], chunk_size):
         h = hidden[:, start : start + chunk_size]

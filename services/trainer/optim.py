@@ -53,8 +53,10 @@ def build_optimizer(
     param_groups: Iterable[dict], opt: OptimizerSettings
 ) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
     """AdamW over `param_groups` (each may set its own `lr`) and a per-update LambdaLR schedule."""
+    # fused: one kernel over all tensors (CPU and CUDA); 5x faster than the per-tensor loop that is the
+    # CPU default (0.08 s vs 0.38 s for SmolLM2's 135M parameters on 2 cores).
     optimizer = torch.optim.AdamW(
-        list(param_groups), lr=opt.lr, betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay
+        list(param_groups), lr=opt.lr, betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay, fused=True
     )
     if opt.schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {opt.schedule!r}; registered: {sorted(SCHEDULES)}")
