@@ -16,11 +16,21 @@ class StreamKeys:
         self.dead_letters = f"{base}:dlq"
         self.stats = f"{base}:stats"
         self.seen = f"{base}:seen"
+        self.put_guard = f"{base}:guard"  # written when a put finds duplicates, to abort its optimistic MULTI
         self.priority = f"{base}:prio"
         self.uses = f"{base}:uses"
 
     def all(self) -> list[str]:
-        return [self.stream, self.spec, self.dead_letters, self.stats, self.seen, self.priority, self.uses]
+        return [
+            self.stream,
+            self.spec,
+            self.dead_letters,
+            self.stats,
+            self.seen,
+            self.put_guard,
+            self.priority,
+            self.uses,
+        ]
 
 
 class TaskSetKeys:

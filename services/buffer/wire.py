@@ -73,17 +73,26 @@ def encode_read_response(
     as proto3 serialization does.
     """
     parts: list[bytes] = []
+    append = parts.append
     for entry in entries:
         entry_id = entry.entry_id.encode()
-        head = _ENTRY_ID + varint(len(entry_id)) + entry_id
-        if entry.deliveries:
-            head += _DELIVERY_COUNT + varint(entry.deliveries)
-        head += _EXPERIENCE + varint(len(entry.payload))
-        parts += (_ITEMS, varint(len(head) + len(entry.payload)), head, entry.payload)
+        payload = entry.payload
+        size = len(payload)
+        delivery = _DELIVERY_COUNT + _varint(entry.deliveries) if entry.deliveries else b""
+        head = b"%b%b%b%b%b%b" % (_ENTRY_ID, _varint(len(entry_id)), entry_id, delivery, _EXPERIENCE, _varint(size))
+        append(_ITEMS + _varint(len(head) + size) + head)
+        append(payload)
     for key, value in zip(_COUNTERS, (dropped_stale, reclaimed, dead_lettered), strict=True):
         if value:
-            parts += (key, varint(value))
+            append(key + varint(value))
     return b"".join(parts)
+
+
+_SMALL_VARINTS = [varint(n) for n in range(1 << 14)]  # every one- and two-byte varint
+
+
+def _varint(value: int) -> bytes:
+    return _SMALL_VARINTS[value] if 0 <= value < 16384 else varint(value)
 
 
 def field_slices(data: bytes, tag: int) -> list[memoryview] | None:

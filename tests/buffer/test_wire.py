@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 import redis
 
 from trinity.buffer.keys import StreamKeys
+from trinity.buffer.streams import resp
 from trinity.buffer.streams.experience_stream import DeliveredEntry, ExperienceStream
 from trinity.buffer.wire import PutExperiencesWire, encode_read_response, field_slices, varint
 from trinity.clients import BufferClient
@@ -119,37 +121,58 @@ def test_through_the_buffer_the_client_reads_exactly_the_bytes_it_put(buffer_ser
     ]
 
 
-class _InterferingRedis(redis.Redis):
-    """A real client whose transactions see another put touch the seen-set between WATCH and MULTI."""
-
-    seen_key = ""
-
-    def pipeline(self, transaction: bool = True, shard_hint: object = None) -> redis.client.Pipeline:
-        intruder = redis.Redis(connection_pool=self.connection_pool)
-        seen_key = self.seen_key
-
-        class Pipeline(redis.client.Pipeline):
-            def multi(self) -> None:
-                intruder.zadd(seen_key, {"someone-else": 1})
-                super().multi()
-
-        return Pipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
-
-
-def test_a_put_that_loses_the_watch_race_is_appended_once_by_the_script(redis_server, unique):
-    client = _InterferingRedis.from_url(redis_server.url)
-    client.seen_key = StreamKeys(unique).seen
+@pytest.mark.parametrize(
+    ("ids", "expected"),
+    [
+        (["a", "b", "c"], ["a", "b", "c"]),  # no id twice: the one-round-trip try
+        (["a", "b", "a"], ["a", "b"]),  # an id twice: the two-step path
+    ],
+)
+def test_a_put_that_loses_the_watch_race_is_appended_once_by_the_script(
+    redis_server, unique, monkeypatch, ids, expected
+):
+    client = redis.Redis.from_url(redis_server.url)
     stream = ExperienceStream(client, StreamConfig(name=unique))
     stream.create()
-    batch = [full_experience("a"), full_experience("b"), full_experience("a")]
+    intruder = redis.Redis.from_url(redis_server.url)
+    round_trip = resp.Session.round_trip
+
+    def interfering(session: resp.Session, commands: list) -> list:
+        """Another put touches the seen-set between the WATCH and the MULTI (sent in the same round trip
+        or not, the MULTI goes in a round trip of its own here, after the intrusion)."""
+        at = next((i for i, c in enumerate(commands) if isinstance(c, resp.Multi)), None)
+        if at is None:
+            return round_trip(session, commands)
+        before = round_trip(session, commands[:at]) if at else []
+        intruder.zadd(stream.keys.seen, {"someone-else": 1})
+        return before + round_trip(session, commands[at:])
+
+    monkeypatch.setattr(resp.Session, "round_trip", interfering)
+    batch = [full_experience(i) for i in ids]
     payloads = [e.SerializeToString(deterministic=True) for e in batch]
     assert stream._append_optimistic(batch, payloads) is None  # the race is detected ...
     assert client.xlen(stream.keys.stream) == 0  # ... and nothing was written
     result = stream.put(batch, payloads=payloads)  # put falls back to the atomic script
-    assert (result.accepted, result.dropped["duplicate"]) == (2, 1)
-    assert [fields[b"id"] for _, fields in client.xrange(stream.keys.stream)] == [b"a", b"b"]
+    assert (result.accepted, result.dropped["duplicate"]) == (len(expected), len(ids) - len(expected))
+    assert [fields[b"id"] for _, fields in client.xrange(stream.keys.stream)] == [i.encode() for i in expected]
     assert stream.put(batch).accepted == 0
     stream.delete()
+
+
+def test_a_put_of_ids_seen_before_appends_only_the_new_ones(redis_server, unique):
+    """The one-round-trip try aborts when an id was seen; the two-step path then sorts them out."""
+    client = redis.Redis.from_url(redis_server.url)
+    stream = ExperienceStream(client, StreamConfig(name=unique))
+    stream.create()
+    assert stream.put([full_experience("a"), full_experience("b")]).accepted == 2
+    result = stream.put([full_experience("c"), full_experience("b"), full_experience("d")])
+    assert (result.accepted, result.dropped["duplicate"]) == (2, 1)
+    assert len(result.entry_ids) == 2
+    assert [fields[b"id"] for _, fields in client.xrange(stream.keys.stream)] == [b"a", b"b", b"c", b"d"]
+    stats = stream.stats()
+    assert (stats["put"], stats["dropped"]) == (4, {"duplicate": 1})
+    stream.delete()
+    assert not client.exists(*stream.keys.all())  # the guard the aborted try wrote goes too
 
 
 def test_reads_work_over_both_redis_protocols(redis_server, unique):

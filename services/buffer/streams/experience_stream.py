@@ -16,7 +16,7 @@ import redis
 
 from trinity.buffer.keys import STREAMS, StreamKeys
 from trinity.buffer.operators import OperatorContext, apply_operators
-from trinity.buffer.streams import scripts
+from trinity.buffer.streams import resp, scripts
 from trinity.config import StreamConfig
 from trinity.v1 import common_pb2
 
@@ -49,8 +49,6 @@ class ExperienceStream:
         self.config = config
         self.keys = StreamKeys(config.name)
         self._put = client.register_script(scripts.PUT)
-        self._reclaim = client.register_script(scripts.RECLAIM)
-        self._ack = client.register_script(scripts.ACK)
         self._replay = client.register_script(scripts.REPLAY)
 
     # ---- lifecycle -------------------------------------------------------------------------------
@@ -114,33 +112,63 @@ class ExperienceStream:
         self, experiences: Sequence[common_pb2.Experience], payloads: Sequence[bytes | memoryview]
     ) -> tuple[int, int, list[str]] | None:
         """Dedupe and append in one MULTI, valid only if no other put touched the seen-set meanwhile
-        (WATCH); None when one did, and the caller falls back to the PUT script."""
+        (WATCH); None when one did, and the caller falls back to the PUT script.
+
+        One round trip when no id was seen before (the usual case): WATCH, the FRESH script, which makes
+        the MULTI abort if some id was seen, and the MULTI appending them all. Otherwise a second try
+        looks the ids up first (WATCH and ZMSCORE), then appends only the new ones.
+        """
         now_ms = int(time.time() * 1000)
         expired_before = now_ms - int(self.config.dedupe_ttl_seconds * 1000)
-        with self.client.pipeline(transaction=True) as pipe:
-            try:
-                pipe.watch(self.keys.seen)
-                scores = pipe.zmscore(self.keys.seen, [e.id for e in experiences])
-                fresh: dict[str, tuple[int, bytes | memoryview]] = {}  # first occurrence of each id not seen before
-                for e, payload, score in zip(experiences, payloads, scores, strict=True):
-                    if (score is None or score <= expired_before) and e.id not in fresh:
-                        fresh[e.id] = (e.model_version, payload)
-                duplicates = len(experiences) - len(fresh)
-                pipe.multi()
-                pipe.zremrangebyscore(self.keys.seen, "-inf", expired_before)
-                if fresh:
-                    pipe.zadd(self.keys.seen, dict.fromkeys(fresh, now_ms))
-                for experience_id, (version, payload) in fresh.items():
-                    pipe.xadd(self.keys.stream, {"id": experience_id, "v": version, "d": payload})
-                if fresh:
-                    pipe.hincrby(self.keys.stats, "put", len(fresh))
-                if duplicates:
-                    pipe.hincrby(self.keys.stats, "dropped:duplicate", duplicates)
-                replies = pipe.execute()
-            except redis.WatchError:
+        keys = self.keys
+        ids = [e.id for e in experiences]
+        stream_key = resp.bulk(keys.stream)
+
+        def append(fresh: dict[str, tuple[int, bytes | memoryview]], duplicates: int) -> resp.Multi:
+            commands: list[resp.Command] = [("ZREMRANGEBYSCORE", keys.seen, "-inf", expired_before)]
+            if fresh:
+                zadd: list[resp.Arg] = ["ZADD", keys.seen]
+                for experience_id in fresh:
+                    zadd += (now_ms, experience_id)
+                commands.append(zadd)
+            for experience_id, (version, payload) in fresh.items():
+                commands.append(_xadd(stream_key, experience_id, version, payload))
+            if fresh:
+                commands.append(("HINCRBY", keys.stats, "put", len(fresh)))
+            if duplicates:
+                commands.append(("HINCRBY", keys.stats, "dropped:duplicate", duplicates))
+            return resp.Multi(commands)
+
+        def appended(executed: list, fresh: int, duplicates: int) -> tuple[int, int, list[str]]:
+            first = 2 if fresh else 1  # after ZREMRANGEBYSCORE and ZADD
+            return fresh, duplicates, [_text(x) for x in executed[first : first + fresh]]
+
+        def attempt(session: resp.Session) -> tuple[int, int, list[str]] | None:
+            if len(set(ids)) == len(ids):  # no id twice in the batch: try all of them at once
+                every = {e.id: (e.model_version, payload) for e, payload in zip(experiences, payloads, strict=True)}
+                _, seen, executed = session.call(
+                    [
+                        ("WATCH", keys.seen, keys.put_guard),
+                        ("EVAL", scripts.FRESH, 2, keys.seen, keys.put_guard, expired_before, *ids),
+                        append(every, 0),
+                    ]
+                )
+                if executed is not None:
+                    return appended(executed, len(every), 0)
+                if not seen:  # nothing seen before, so another put touched the seen-set meanwhile
+                    return None
+            _, scores = session.call([("WATCH", keys.seen), ("ZMSCORE", keys.seen, *ids)])
+            fresh: dict[str, tuple[int, bytes | memoryview]] = {}  # first occurrence of each id not seen before
+            for i, (experience_id, score) in enumerate(zip(ids, scores, strict=True)):
+                if (score is None or float(score) <= expired_before) and experience_id not in fresh:
+                    fresh[experience_id] = (experiences[i].model_version, payloads[i])
+            duplicates = len(experiences) - len(fresh)
+            (executed,) = session.call([append(fresh, duplicates)])  # errors, also a refused MULTI, are raised
+            if executed is None:  # a watched key changed: nothing was applied
                 return None
-        first = 2 if fresh else 1
-        return len(fresh), duplicates, [_text(x) for x in replies[first : first + len(fresh)]]
+            return appended(executed, len(fresh), duplicates)
+
+        return resp.run(self.client, attempt)
 
     def _append_scripted(
         self, experiences: Sequence[common_pb2.Experience], payloads: Sequence[bytes | memoryview]
@@ -176,51 +204,81 @@ class ExperienceStream:
         return result
 
     def _read_once(self, consumer: str, batch_size: int, min_model_version: int) -> ReadResult:
-        """RECLAIM (ids only), then XREADGROUP for the rest; payloads come straight from Redis.
+        """RECLAIM (ids only), XREADGROUP and the delivered counter, in one MULTI: one round trip.
 
-        Not one atomic step, and need not be: whatever a crash leaves between the steps is pending
-        under this consumer and is reclaimed (and its staleness judged) later.
+        Payloads come straight from Redis, never through Lua. The XREADGROUP is sent before RECLAIM's
+        answer is known, so it asks for a whole batch: when RECLAIM did claim entries, the fresh ones
+        beyond the batch are handed back undelivered (delivery count 0, reclaimable at once). Redis counts
+        every entry the MULTI delivered (see scripts.RECLAIM); a second round trip, only when needed,
+        corrects that count (stale entries, entries handed back, entries trimmed since they were claimed)
+        and acknowledges stale entries. Not one atomic step, and need not be: whatever a crash leaves
+        between the steps is pending under this consumer and is reclaimed (and its staleness judged) later.
         """
-        claimed, dead = self._reclaim(
-            keys=[self.keys.stream, self.keys.dead_letters, self.keys.stats],
-            args=[self.config.group, consumer, self.config.claim_idle_ms, batch_size, self.config.max_deliveries],
+        keys, config = self.keys, self.config
+        reclaim = (
+            "EVAL",
+            scripts.RECLAIM,
+            3,
+            keys.stream,
+            keys.dead_letters,
+            keys.stats,
+            config.group,
+            consumer,
+            config.claim_idle_ms,
+            batch_size,
+            config.max_deliveries,
         )
-        result = ReadResult(dead_lettered=int(dead))
-        stale: list[bytes | str] = []
+        delivered = ("EVAL", scripts.DELIVERED, 2, keys.stream, keys.stats, config.group, consumer)
 
-        def take(entry_id: bytes | str, deliveries: int, fields: dict | list) -> None:
-            values = _fields(fields)
-            if int(values.get(b"v", 0)) < min_model_version:
-                stale.append(entry_id)
-            else:
-                result.entries.append(DeliveredEntry(_text(entry_id), deliveries, values[b"d"]))
-
-        if claimed:
-            pipe = self.client.pipeline(transaction=False)
-            for entry_id, _ in claimed:
-                pipe.xrange(self.keys.stream, entry_id, entry_id)
-            for (entry_id, deliveries), rows in zip(claimed, pipe.execute(), strict=True):
-                if rows:  # an entry deleted since (trim) has nothing left to deliver
-                    take(entry_id, int(deliveries), rows[0][1])
-            result.reclaimed = len(result.entries)
-        while len(result.entries) < batch_size:
-            asked = batch_size - len(result.entries)
-            rows = _stream_rows(
-                self.client.xreadgroup(self.config.group, consumer, {self.keys.stream: ">"}, count=asked)
+        def attempt(session: resp.Session) -> ReadResult:
+            (((claimed, dead), rows, _),) = session.call(
+                [resp.Multi((reclaim, _xreadgroup(config.group, consumer, keys.stream, batch_size), delivered))]
             )
-            for entry_id, fields in rows:
-                take(entry_id, 1, fields)
-            if len(rows) < asked:
-                break
-        pipe = self.client.pipeline(transaction=False)
-        if stale:
-            pipe.xack(self.keys.stream, self.config.group, *stale)
-            pipe.hincrby(self.keys.stats, "dropped:stale", len(stale))
-        if result.entries:
-            pipe.hincrby(self.keys.stats, "delivered", len(result.entries))
-        pipe.execute()
-        result.dropped_stale = len(stale)
-        return result
+            counted = len(claimed) + len(rows)  # what the MULTI counted as delivered
+            result = ReadResult(dead_lettered=int(dead))
+            stale: list[bytes] = []
+            surplus: list[bytes] = []
+
+            def take(entry_id: bytes, deliveries: int, fields: dict | list) -> None:
+                values = _fields(fields)
+                if int(values.get(b"v", 0)) < min_model_version:
+                    stale.append(entry_id)
+                else:
+                    result.entries.append(DeliveredEntry(_text(entry_id), deliveries, values[b"d"]))
+
+            if claimed:
+                ranges = session.call([("XRANGE", keys.stream, entry_id, entry_id) for entry_id, _ in claimed])
+                for (entry_id, deliveries), found in zip(claimed, ranges, strict=True):
+                    if found:  # an entry deleted since (trim) has nothing left to deliver
+                        take(entry_id, int(deliveries), found[0][1])
+                result.reclaimed = len(result.entries)
+            asked = batch_size
+            while True:
+                for entry_id, fields in rows:
+                    if len(result.entries) < batch_size:
+                        take(entry_id, 1, fields)
+                    else:
+                        surplus.append(entry_id)
+                if len(rows) < asked or len(result.entries) >= batch_size:
+                    break
+                asked = batch_size - len(result.entries)  # stale entries left room: fill it
+                (rows,) = session.call([_xreadgroup(config.group, consumer, keys.stream, asked)])
+            corrections: list[resp.Command] = []
+            if stale:
+                corrections.append(("XACK", keys.stream, config.group, *stale))
+                corrections.append(("HINCRBY", keys.stats, "dropped:stale", len(stale)))
+            if len(result.entries) != counted:
+                corrections.append(("HINCRBY", keys.stats, "delivered", len(result.entries) - counted))
+            if surplus:
+                # JUSTID leaves the count alone, RETRYCOUNT 0 undoes this delivery; IDLE makes them reclaimable.
+                idle = ("IDLE", config.claim_idle_ms, "RETRYCOUNT", 0, "JUSTID")
+                corrections.append(("XCLAIM", keys.stream, config.group, consumer, 0, *surplus, *idle))
+            if corrections:
+                session.call(corrections)
+            result.dropped_stale = len(stale)
+            return result
+
+        return resp.run(self.client, attempt)
 
     def _read_replay(self, batch_size: int, min_model_version: int) -> ReadResult:
         replay = self.config.priority_replay
@@ -236,7 +294,9 @@ class ExperienceStream:
     def ack(self, entry_ids: Sequence[str]) -> int:
         if not entry_ids or self.config.priority_replay.enabled:
             return 0
-        return int(self._ack(keys=[self.keys.stream, self.keys.stats], args=[self.config.group, *entry_ids]))
+        command = ("EVAL", scripts.ACK, 2, self.keys.stream, self.keys.stats, self.config.group, *entry_ids)
+        (acked,) = resp.run(self.client, lambda session: session.call([command]))
+        return int(acked)
 
     def nack(self, consumer: str, entry_ids: Sequence[str]) -> int:
         """Make entries reclaimable at once; the redelivery counts toward `max_deliveries`."""
@@ -340,16 +400,20 @@ def _fields(fields: dict | list) -> dict[bytes, bytes]:
     return {fields[i]: fields[i + 1] for i in range(0, len(fields), 2)}
 
 
-def _stream_rows(reply: dict | list | None) -> list:
-    """The (entry_id, fields) rows of a one-stream XREADGROUP reply.
+# XADD <stream> * id <experience id> v <model version> d <payload>, up to the payload itself.
+_XADD = b"*9\r\n$4\r\nXADD\r\n%b$1\r\n*\r\n$2\r\nid\r\n$%d\r\n%b\r\n$1\r\nv\r\n$%d\r\n%b\r\n$1\r\nd\r\n$%d\r\n"
 
-    redis-py shapes it as `[[stream, rows]]` over RESP2 and as `{stream: [rows]}` over RESP3.
-    """
-    if not reply:
-        return []
-    if isinstance(reply, dict):
-        return list(next(iter(reply.values()))[0])
-    return list(reply[0][1])
+
+def _xadd(stream_key: bytes, experience_id: str, version: int, payload: bytes | memoryview) -> resp.Packed:
+    """The XADD of one experience (`stream_key` in RESP form, see `resp.bulk`), packed in one format
+    operation: a batch has many, and packing them argument by argument cost more than Redis runs them."""
+    eid, ver = experience_id.encode(), b"%d" % version
+    size = memoryview(payload).nbytes
+    return resp.Packed((_XADD % (stream_key, len(eid), eid, len(ver), ver, size), payload, b"\r\n"))
+
+
+def _xreadgroup(group: str, consumer: str, stream: str, count: int) -> resp.Rows:
+    return resp.Rows(("XREADGROUP", "GROUP", group, consumer, "COUNT", count, "STREAMS", stream, ">"))
 
 
 def _id_key(entry_id: str) -> tuple[int, int]:

@@ -3,8 +3,9 @@
 Moving a payload through Lua costs far more than the command itself (each argument and each reply
 becomes a Lua string: measured 0.8 ms of Redis time to pass 64 x 7.4 KB into a script that does
 nothing, against 0.3 ms for MULTI with the 64 XADDs). So the hot paths keep payloads out of Lua:
-RECLAIM handles entry ids only, reads take payloads with a plain XREADGROUP, and puts go through an
-optimistic MULTI (see ExperienceStream.put); PUT serves puts that lost that race, and priority replay.
+RECLAIM and DELIVERED handle entry ids and counts only, reads take payloads with a plain XREADGROUP (in
+the same MULTI), and puts go through an optimistic MULTI that FRESH checks ids for (see
+ExperienceStream.put); PUT serves puts that lost that race, and priority replay.
 """
 
 # KEYS: stream, seen, stats, priority   ARGV: now_ms, ttl_ms, replay(0|1), then (id, version, payload)*
@@ -30,13 +31,48 @@ if duplicates > 0 then redis.call('HINCRBY', KEYS[3], 'dropped:duplicate', dupli
 return {accepted, duplicates, entry_ids}
 """
 
+# A put's ids against the seen-set, between its WATCH (of the seen-set and the guard) and its MULTI, in
+# the same round trip: if any id was seen (and has not expired), write the guard, so that the MULTI, which
+# appends them all, aborts; the put then takes the two-step path that sorts duplicates out.
+# KEYS: seen, guard   ARGV: expired_before_ms, ids...   Returns how many ids were seen
+FRESH = """
+local expired_before = tonumber(ARGV[1])
+local seen = 0
+for i = 2, #ARGV, 1000 do
+  local scores = redis.call('ZMSCORE', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+  for _, score in ipairs(scores) do
+    if score and tonumber(score) > expired_before then seen = seen + 1 end
+  end
+end
+if seen > 0 then redis.call('INCR', KEYS[2]) end
+return seen
+"""
+
+# The number of entries pending for one consumer of a group (XPENDING's summary lists them by consumer).
+_PENDING_OF = """
+local function pending_of(stream, group, consumer)
+  local consumers = redis.call('XPENDING', stream, group)[4]
+  if consumers then
+    for _, row in ipairs(consumers) do
+      if row[1] == consumer then return tonumber(row[2]) end
+    end
+  end
+  return 0
+end
+"""
+
 # Take over entries idle past min_idle from any consumer (a dead one), by id only: JUSTID moves
 # ownership without touching the delivery counter, so it is set here to the delivery about to happen.
 # Entries past max_deliveries move to the dead-letter stream instead. Payloads never enter Lua except
 # for the (rare) dead-lettered entries.
+# A read runs it in one MULTI with its XREADGROUP and then DELIVERED, which together count what the
+# read delivered without a round trip of their own: the claimed entries, plus the consumer's pending
+# entries after the XREADGROUP less those before it (subtracted here).
 # KEYS: stream, dead_letters, stats   ARGV: group, consumer, min_idle_ms, count, max_deliveries
 # Returns {{entry_id, deliveries}*, dead_lettered}
-RECLAIM = """
+RECLAIM = (
+    _PENDING_OF
+    + """
 local group, consumer = ARGV[1], ARGV[2]
 local max_deliveries = tonumber(ARGV[5])
 local out, dead = {}, 0
@@ -60,8 +96,22 @@ for _, entry_id in ipairs(claimed[2]) do
   end
 end
 if dead > 0 then redis.call('HINCRBY', KEYS[3], 'dead_lettered', dead) end
+local counted = #out - pending_of(KEYS[1], group, consumer)
+if counted ~= 0 then redis.call('HINCRBY', KEYS[3], 'delivered', counted) end
 return {out, dead}
 """
+)
+
+# After a read's XREADGROUP, in the same MULTI as RECLAIM (see there).
+# KEYS: stream, stats   ARGV: group, consumer   Returns the consumer's pending count
+DELIVERED = (
+    _PENDING_OF
+    + """
+local pending = pending_of(KEYS[1], ARGV[1], ARGV[2])
+if pending ~= 0 then redis.call('HINCRBY', KEYS[2], 'delivered', pending) end
+return pending
+"""
+)
 
 # KEYS: stream, stats   ARGV: group, entry ids...
 ACK = """
