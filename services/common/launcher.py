@@ -71,6 +71,7 @@ class LocalStack:
         *,
         explorers: int = 1,
         trainer_threads: int | None = None,
+        explorer_threads: int = 1,
         extra_env: dict[str, str] | None = None,
         timeout: float = 120.0,
     ) -> LocalStack:
@@ -88,18 +89,25 @@ class LocalStack:
             }
             stack._start("gateway", base, timeout)
             base["TRINITY_GATEWAY"] = stack.gateway
-            stack._start("buffer", base, timeout)
+            # The rest start side by side (they only need the gateway): their imports overlap.
             threads = str(trainer_threads or cores)
-            stack._start("trainer", {**base, "OMP_NUM_THREADS": threads, "TRINITY_TRAINER_THREADS": threads}, timeout)
-            # vLLM in-process on CPU runs best on one OpenMP thread (FACTS.md).
+            stack._spawn("buffer", base)
+            stack._spawn("trainer", {**base, "OMP_NUM_THREADS": threads, "TRINITY_TRAINER_THREADS": threads})
+            # Fixed at process start: vLLM's CPU worker disables torch.set_num_threads once it runs.
             for i in range(explorers):
-                stack._start(f"explorer-{i}", {**base, "OMP_NUM_THREADS": "1"}, timeout, service="explorer")
+                stack._spawn(f"explorer-{i}", {**base, "OMP_NUM_THREADS": str(explorer_threads)}, service="explorer")
+            for name in list(stack.services)[1:]:
+                stack._wait(name, timeout)
         except BaseException:
             stack.down()
             raise
         return stack
 
     def _start(self, name: str, env: dict[str, str], timeout: float, service: str | None = None) -> None:
+        self._spawn(name, env, service)
+        self._wait(name, timeout)
+
+    def _spawn(self, name: str, env: dict[str, str], service: str | None = None) -> None:
         port = free_port()
         log_path = self.log_dir / f"{name}.log"
         env = {**env, "TRINITY_INSTANCE_ID": f"{name}-{port}"}
@@ -109,12 +117,14 @@ class LocalStack:
             process = subprocess.Popen(
                 command, env={**env, PARENT_ENV: str(os.getpid())}, stdout=log, stderr=subprocess.STDOUT
             )
-        handle = ServiceHandle(name, port, process, log_path, service or name, env)
-        self.services[name] = handle
+        self.services[name] = ServiceHandle(name, port, process, log_path, service or name, env)
+
+    def _wait(self, name: str, timeout: float) -> None:
+        handle = self.services[name]
         try:
             wait_until_serving(handle.address, timeout=timeout)
         except TimeoutError:
-            tail = log_path.read_text(errors="replace")[-3000:]
+            tail = handle.log_path.read_text(errors="replace")[-3000:]
             raise RuntimeError(f"{name} did not start within {timeout:.0f}s; its log ends with:\n{tail}") from None
 
     def restart(self, name: str, timeout: float = 120.0) -> ServiceHandle:

@@ -277,6 +277,7 @@ class ExplorerRunner(ReportingRunner):
 
     def _evaluate(self, workflow: Workflow) -> EvalSummary | None:
         cfg = self.config
+        started = time.perf_counter()
         settings = self._rollout_settings(cfg.explorer.eval_temperature, cfg.explorer.eval_repeat_times)
         rewards: list[float] = []
         group_pass: list[bool] = []
@@ -311,6 +312,7 @@ class ExplorerRunner(ReportingRunner):
             f"pass@{cfg.explorer.eval_repeat_times}": summary.pass_at_k,
             "response_tokens": summary.response_tokens,
             "samples": float(summary.samples),
+            "seconds": time.perf_counter() - started,
             **{f"accuracy/{k}": v for k, v in per_taskset.items()},
         }
         self._report("eval", metrics=metrics, message=f"eval at version {self.model_version}")

@@ -113,6 +113,11 @@ class ExplorerConfig(_Section):
     workflow_options: dict[str, Any] = Field(default_factory=dict)
     reward_fn: str = ""
     num_workers: int = Field(default=1, ge=1, description="explorer processes in the run")
+    threads: int = Field(
+        default=0,
+        ge=0,
+        description="`trinity run`: torch threads per explorer process; 0 = the cores split among explorers",
+    )
     temperature: float = Field(default=1.0, ge=0)
     top_p: float = Field(default=1.0, gt=0, le=1)
     top_k: int = -1

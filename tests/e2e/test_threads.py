@@ -1,0 +1,23 @@
+"""How `trinity run` gives threads to the explorers it starts on one machine."""
+
+from __future__ import annotations
+
+from trinity.commands import explorer_threads
+from trinity.config import RunConfig
+
+
+def _config(**sections: dict) -> RunConfig:
+    taskset = {"path": "train.jsonl", "prompt_key": "question", "answer_key": "answer"}
+    return RunConfig.model_validate({"name": "t", "model": {"path": "m"}, "buffer": {"taskset": taskset}, **sections})
+
+
+def test_the_cores_are_split_among_explorers() -> None:
+    stages = _config().stage_configs()
+    assert explorer_threads(stages, explorers=1, cores=8) == 8
+    assert explorer_threads(stages, explorers=3, cores=8) == 2
+    assert explorer_threads(stages, explorers=4, cores=2) == 1
+
+
+def test_an_explicit_setting_wins_in_any_stage() -> None:
+    chosen = _config(stages=({"explorer": {"threads": 3}},))
+    assert explorer_threads(chosen.stage_configs(), explorers=1, cores=8) == 3
