@@ -5,6 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.bench-installed
 PROTO_SRC := $(wildcard proto/trinity/v1/*.proto)
 PROTO_OUT := services/common/v1
 
@@ -37,7 +38,13 @@ test: $(STAMP)
 test-all: $(STAMP)
 	$(PY) -m pytest -q -m ''
 
-bench: $(STAMP)
+# The e2e benchmark runs TRL beside ours (the `bench` extra); the test suite does not need it.
+$(BENCH_STAMP): $(STAMP)
+	$(PIP) install -q -e '.[bench]'
+	$(PIP) uninstall -q -y torchvision torchaudio torchcodec triton || true
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
 	$(PY) -m benchmarks
 
 lint: $(STAMP)

@@ -1,8 +1,8 @@
 """End to end against TRL's `GRPOTrainer`: seconds per step and held-out accuracy against wall time.
 
-    python benchmarks/bench_e2e.py            # TRL 16 steps, ours 32 (tens of minutes on 2 shared cores)
-    python benchmarks/bench_e2e.py --fast     # ours with bf16 matmuls and one-step-off sampling
-    python benchmarks/bench_e2e.py --quick    # 4 steps each (a smoke run, still minutes: the real model)
+    python -m benchmarks.bench_e2e            # TRL 16 steps, ours 32 (tens of minutes on 2 shared cores)
+    python -m benchmarks.bench_e2e --fast     # ours with bf16 matmuls and one-step-off sampling
+    python -m benchmarks.bench_e2e --quick    # 4 steps each (a smoke run, still minutes: the real model)
 
 Both sides train SmolLM2-135M-Instruct with GRPO on the quickstart additions (examples/quickstart): 8 prompts x 8
 samples per optimizer step, 16 completion tokens, temperature 1.0, lr 1e-5 constant, AdamW (weight decay 0.01,
