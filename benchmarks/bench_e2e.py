@@ -146,7 +146,7 @@ def _ours_from_summary(summary: dict[str, Any], launched: float, steps: int) -> 
         for r in summary["explore"]
     ]
     return {
-        "system": "trinity run (vLLM explorer, 1 thread + torch trainer, 2 threads)",
+        "system": "trinity run (vLLM explorer + torch trainer, 2 threads each)",
         "steps": len(summary["train"]),
         "requested_steps": steps,
         "state": summary["state"],
