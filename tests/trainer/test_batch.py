@@ -4,11 +4,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from trainer_helpers import random_rollouts
+from trainer_helpers import assert_logprobs_of_single_rows, random_rollouts
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trinity.trainer.batch import Tokenizer, collate, plan_micro_batches, to_samples
-from trinity.trainer.logprobs import chunked_logprobs, naive_logprobs
+from trinity.trainer.logprobs import chunked_logprobs
 from trinity.trainer.models import response_hidden
 from trinity.v1 import common_pb2
 
@@ -37,12 +37,7 @@ def test_response_positions_give_the_same_logprobs_as_a_full_forward(tiny_model:
     with torch.no_grad():
         hidden, head = response_hidden(model, batch)
         lp, _ = chunked_logprobs(head, hidden, batch.targets, chunk_size=4)
-        for row, exp in enumerate(exps):
-            ids = torch.tensor([list(exp.prompt_token_ids) + list(exp.response_token_ids)])
-            logits = model(ids).logits[0, len(exp.prompt_token_ids) - 1 : -1]
-            ref, _ = naive_logprobs(logits, torch.tensor(list(exp.response_token_ids)))
-            n = len(exp.response_token_ids)
-            torch.testing.assert_close(lp[row, :n], ref, rtol=1e-5, atol=1e-5)
+        assert_logprobs_of_single_rows(model, exps, lp)
     assert batch.mask.sum() == sum(sum(e.action_mask) for e in exps)
 
 

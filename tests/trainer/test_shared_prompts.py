@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from trainer_helpers import grouped_rollouts, random_rollouts
+from trainer_helpers import assert_logprobs_of_single_rows, grouped_rollouts, random_rollouts
 from transformers import AutoModelForCausalLM
 
 from trinity.trainer import TrainerSettings, build_backend
 from trinity.trainer.batch import collate, plan_micro_batches, to_samples
-from trinity.trainer.logprobs import chunked_logprobs, naive_logprobs
+from trinity.trainer.logprobs import chunked_logprobs
 from trinity.trainer.models import response_hidden
 from trinity.v1 import common_pb2
 
@@ -30,11 +30,7 @@ def test_shared_prompt_rows_give_each_sequence_its_own_logprobs(tiny_model: Path
     with torch.no_grad():
         hidden, head = response_hidden(model, batch)
         lp, _ = chunked_logprobs(head, hidden, batch.targets, chunk_size=4)
-        for row, exp in enumerate(exps):
-            ids = torch.tensor([list(exp.prompt_token_ids) + list(exp.response_token_ids)])
-            logits = model(ids).logits[0, len(exp.prompt_token_ids) - 1 : -1]
-            ref, _ = naive_logprobs(logits, torch.tensor(list(exp.response_token_ids)))
-            torch.testing.assert_close(lp[row, : len(ref)], ref, rtol=1e-5, atol=1e-5)
+        assert_logprobs_of_single_rows(model, exps, lp)
 
 
 def test_rows_respect_the_budget_and_split_a_group_that_does_not_fit() -> None:

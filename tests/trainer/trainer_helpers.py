@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import trinity.algorithms as alg
 from trinity.trainer.algorithm import AlgorithmParts
@@ -24,6 +25,22 @@ def grpo_parts(kl_coef: float = 0.0, entropy_coef: float = 0.0, **loss_overrides
     )
 
 
+def _rollout(
+    rng: random.Random, *, id: str, group_id: str, prompt: list[int], r: int, vocab: int, reward_offset: float = 0.0
+) -> common_pb2.Experience:
+    """A rollout with `r` random response tokens, sampler log-probs, a partial action mask and a 0/1 reward."""
+    return common_pb2.Experience(
+        id=id,
+        kind=common_pb2.EXPERIENCE_KIND_ROLLOUT,
+        group_id=group_id,
+        prompt_token_ids=prompt,
+        response_token_ids=[rng.randrange(3, vocab) for _ in range(r)],
+        logprobs=[-rng.uniform(4.0, 7.0) for _ in range(r)],
+        action_mask=[rng.random() > 0.2 or j == 0 for j in range(r)],
+        reward=float(rng.random() > 0.5) + reward_offset,
+    )
+
+
 def random_rollouts(n: int, *, seed: int = 0, vocab: int = 272, groups: int = 2) -> list[common_pb2.Experience]:
     """Rollouts of varied prompt/response lengths with sampler log-probs, partial action masks and rewards."""
     rng = random.Random(seed)
@@ -31,18 +48,11 @@ def random_rollouts(n: int, *, seed: int = 0, vocab: int = 272, groups: int = 2)
     for i in range(n):
         p = rng.randint(2, 9)
         r = rng.randint(1, 12)
+        prompt = [rng.randrange(3, vocab) for _ in range(p)]
         out.append(
-            common_pb2.Experience(
-                id=f"r{seed}-{i}",
-                kind=common_pb2.EXPERIENCE_KIND_ROLLOUT,
-                group_id=f"g{i % groups}",
-                prompt_token_ids=[rng.randrange(3, vocab) for _ in range(p)],
-                response_token_ids=[rng.randrange(3, vocab) for _ in range(r)],
-                logprobs=[-rng.uniform(4.0, 7.0) for _ in range(r)],
-                action_mask=[rng.random() > 0.2 or j == 0 for j in range(r)],
-                reward=float(rng.random() > 0.5) + 0.1 * i,
-            )
-        )
+            _rollout(rng, id=f"r{seed}-{i}", group_id=f"g{i % groups}", prompt=prompt, r=r, vocab=vocab,
+                     reward_offset=0.1 * i)
+        )  # fmt: skip
     return out
 
 
@@ -54,16 +64,18 @@ def grouped_rollouts(groups: int, per_group: int, *, seed: int = 0, vocab: int =
         prompt = [rng.randrange(3, vocab) for _ in range(rng.randint(2, 9))]
         for k in range(per_group):
             r = rng.randint(1, 12)
-            out.append(
-                common_pb2.Experience(
-                    id=f"g{seed}-{g}-{k}",
-                    kind=common_pb2.EXPERIENCE_KIND_ROLLOUT,
-                    group_id=f"g{g}",
-                    prompt_token_ids=prompt,
-                    response_token_ids=[rng.randrange(3, vocab) for _ in range(r)],
-                    logprobs=[-rng.uniform(4.0, 7.0) for _ in range(r)],
-                    action_mask=[rng.random() > 0.2 or j == 0 for j in range(r)],
-                    reward=float(rng.random() > 0.5),
-                )
-            )
+            out.append(_rollout(rng, id=f"g{seed}-{g}-{k}", group_id=f"g{g}", prompt=prompt, r=r, vocab=vocab))
     return out
+
+
+def assert_logprobs_of_single_rows(model: Any, experiences: list[common_pb2.Experience], logprobs: Any) -> None:
+    """`logprobs[i]` equals what `model` gives experience i's response in a row of its own (full forward)."""
+    import torch
+
+    from trinity.trainer.logprobs import naive_logprobs
+
+    for row, exp in enumerate(experiences):
+        ids = torch.tensor([list(exp.prompt_token_ids) + list(exp.response_token_ids)])
+        logits = model(ids).logits[0, len(exp.prompt_token_ids) - 1 : -1]
+        ref, _ = naive_logprobs(logits, torch.tensor(list(exp.response_token_ids)))
+        torch.testing.assert_close(logprobs[row, : len(ref)], ref, rtol=1e-5, atol=1e-5)
