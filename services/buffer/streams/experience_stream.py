@@ -240,7 +240,7 @@ class ExperienceStream:
             surplus: list[bytes] = []
 
             def take(entry_id: bytes, deliveries: int, fields: dict | list) -> None:
-                values = _fields(fields)
+                values = resp.field_map(fields)
                 if int(values.get(b"v", 0)) < min_model_version:
                     stale.append(entry_id)
                 else:
@@ -286,7 +286,7 @@ class ExperienceStream:
             keys=[self.keys.stream, self.keys.priority, self.keys.uses, self.keys.stats],
             args=[batch_size, replay.decay, replay.use_limit, min_model_version],
         )
-        entries = [DeliveredEntry(_text(eid), int(uses), _fields(fields)[b"d"]) for eid, uses, fields in rows]
+        entries = [DeliveredEntry(_text(eid), int(uses), resp.field_map(fields)[b"d"]) for eid, uses, fields in rows]
         return ReadResult(entries=entries, dropped_stale=int(stale))
 
     # ---- acknowledge -----------------------------------------------------------------------------
@@ -376,7 +376,7 @@ class ExperienceStream:
         while True:
             rows = self.client.xrange(self.keys.stream, start, "+", count=batch)
             for entry_id, fields in rows:
-                yield _text(entry_id), _fields(fields)[b"d"]
+                yield _text(entry_id), resp.field_map(fields)[b"d"]
             if len(rows) < batch:
                 return
             start = "(" + _text(rows[-1][0])
@@ -391,13 +391,6 @@ class ExperienceStream:
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
-
-
-def _fields(fields: dict | list) -> dict[bytes, bytes]:
-    """Stream fields as a dict; Lua replies give them as a flat [k, v, k, v] list."""
-    if isinstance(fields, dict):
-        return fields
-    return {fields[i]: fields[i + 1] for i in range(0, len(fields), 2)}
 
 
 # XADD <stream> * id <experience id> v <model version> d <payload>, up to the payload itself.

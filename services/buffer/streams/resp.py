@@ -232,7 +232,7 @@ class _Reader:
                 return entry_id, {b"id": experience_id, b"v": version, b"d": self._bulk(int(tail[2]))}
         # another layout, or the entry is not all received yet: the general way
         entry_id, fields = self.value()
-        return entry_id, _pairs(fields)
+        return entry_id, field_map(fields)
 
     def peek(self) -> int:
         if self.pos >= self.end:
@@ -312,10 +312,11 @@ def rows_of(reply: Any) -> list[Row] | redis.ResponseError:
     if not reply or isinstance(reply, redis.ResponseError):
         return reply or []
     entries = next(iter(reply.values())) if isinstance(reply, dict) else reply[0][1]
-    return [(entry_id, _pairs(fields)) for entry_id, fields in entries]
+    return [(entry_id, field_map(fields)) for entry_id, fields in entries]
 
 
-def _pairs(fields: Any) -> dict[bytes, bytes]:
+def field_map(fields: Any) -> dict[bytes, bytes]:
+    """Stream entry fields as a dict: RESP3 and redis-py give a dict, RESP2 and Lua a flat [k, v, k, v] list."""
     if isinstance(fields, dict):
         return fields
     if fields is None:  # an entry deleted after it was delivered
