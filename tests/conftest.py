@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from trinity.launcher import PARENT_ENV
+from trinity.runtime.serve import PARENT_ENV
 from trinity.models.tiny import build_tiny_llama
 from trinity.runtime.client import wait_until_serving
 from trinity.runtime.redis_server import RedisServer, free_port, start_redis_server

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trinity.stack.compose import interpolate, load_compose, merge, read_yaml
+from trinity.cli.stack.compose import interpolate, load_compose, merge, read_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = {"base": [ROOT / "docker-compose.yml"], "gpu": [ROOT / "docker-compose.yml", ROOT / "docker-compose.gpu.yml"]}

@@ -25,7 +25,7 @@ from trinity.config import StreamConfig
 from trinity.runtime.client import open_channel
 from trinity.runtime.redis_server import RedisServer, free_port, start_redis_server
 from trinity.sdk import TrinityClient
-from trinity.stack.plan import ServicePlan, StackPlan, load_plan
+from trinity.cli.stack.plan import ServicePlan, StackPlan, load_plan
 from trinity.v1 import common_pb2, explorer_pb2_grpc, gateway_pb2, gateway_pb2_grpc, trainer_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[2]

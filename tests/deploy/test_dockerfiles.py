@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.deploy import dockerfile
-from trinity.stack.plan import load_plan
+from trinity.cli.stack.plan import load_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ["gateway", "buffer", "explorer", "trainer"]

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from trinity.cli import main
-from trinity.stack.compose import ComposeError, interpolate_text
-from trinity.stack.plan import compose_files, load_plan, parse_duration
+from trinity.cli.main import main
+from trinity.cli.stack.compose import ComposeError, interpolate_text
+from trinity.cli.stack.plan import compose_files, load_plan, parse_duration
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,7 +72,7 @@ def test_a_dependency_cycle_is_reported(tmp_path):
 
 def test_container_settings_follow_the_plan():
     pytest.importorskip("docker")
-    from trinity.stack.engine import container_spec
+    from trinity.cli.stack.engine import container_spec
 
     plan = _plan(gpu=True)
     explorer = container_spec(plan, plan.service("explorer"))
@@ -117,7 +117,7 @@ def test_a_broken_compose_file_is_bad_input(tmp_path, capsys):
 
 def _engine_reachable() -> bool:
     try:
-        from trinity.stack.engine import EngineUnavailable, connect
+        from trinity.cli.stack.engine import EngineUnavailable, connect
 
         connect()
         return True

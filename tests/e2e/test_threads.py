@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trinity.commands import explorer_threads
+from trinity.cli.commands import explorer_threads
 from trinity.config import RunConfig
 
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from tests.e2e.conftest import tiny_config
-from trinity.launcher import LocalStack
+from trinity.cli.launcher import LocalStack
 from trinity.runtime.client import open_channel
 from trinity.runtime.redis_server import free_port
 from trinity.sdk import AsyncTrinityClient, GatewayUnavailable, InvalidRunConfig, RunNotFound, TrinityClient

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from trinity import __version__
+from importlib.metadata import version
+
 from trinity.v1 import common_pb2
 
 
@@ -18,7 +19,7 @@ def service_status(
     return common_pb2.ServiceStatus(
         service=service,
         instance_id=instance_id,
-        version=__version__,
+        version=version("trinity-common"),
         run_id=run_id,
         state=state,
         model_version=model_version,

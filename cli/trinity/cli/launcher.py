@@ -1,6 +1,6 @@
 """The local stack behind `trinity run`: Redis and the four services as processes on loopback ports.
 
-The processes run the same entrypoint the containers run (`trinity serve <service>`), so what works
+The processes run the same entrypoint the containers run (`trinity-serve <service>`), so what works
 here works in docker compose and on Kubernetes.
 """
 
@@ -16,27 +16,7 @@ from pathlib import Path
 
 from trinity.runtime.client import wait_until_serving
 from trinity.runtime.redis_server import RedisServer, free_port, start_redis_server
-
-PARENT_ENV = "TRINITY_DIE_WITH_PARENT"
-
-
-def follow_parent() -> None:
-    """In a service started by a launcher (TRINITY_DIE_WITH_PARENT=<launcher pid>): get SIGTERM when the
-    launcher dies, however it dies (Linux), so a killed `trinity run` leaves no orphaned services.
-
-    Done by the child itself at start-up, not in a fork hook: code between fork and exec in a
-    multi-threaded launcher (gRPC threads) can deadlock.
-    """
-    parent = os.environ.get(PARENT_ENV)
-    if not parent or not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-    if os.getppid() != int(parent):  # the launcher died before the request took effect
-        os.kill(os.getpid(), signal.SIGTERM)
-
+from trinity.runtime.serve import PARENT_ENV
 
 @dataclass
 class ServiceHandle:
@@ -111,7 +91,7 @@ class LocalStack:
         port = free_port()
         log_path = self.log_dir / f"{name}.log"
         env = {**env, "TRINITY_INSTANCE_ID": f"{name}-{port}"}
-        command = [sys.executable, "-m", "trinity.cli", "serve", service or name, "--port", str(port)]
+        command = [sys.executable, "-m", "trinity.runtime.serve", service or name, "--port", str(port)]
         command += ["--host", "127.0.0.1"]
         with log_path.open("wb") as log:
             process = subprocess.Popen(

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trinity.stack.compose import ComposeError, load_compose
+from trinity.cli.stack.compose import ComposeError, load_compose
 
 DEFAULT_FILE = "docker-compose.yml"
 GPU_FILE = "docker-compose.gpu.yml"

@@ -40,9 +40,9 @@ def explorer_threads(stages: list[RunConfig], explorers: int, cores: int | None 
 
 def run_locally(config: RunConfig, output_dir: str | None, *, quiet: bool = False) -> int:
     from trinity.clients import BufferClient
-    from trinity.launcher import LocalStack
+    from trinity.cli.launcher import LocalStack
     from trinity.models import resolve_model_path
-    from trinity.monitor import RunMonitor
+    from trinity.cli.monitor import RunMonitor
     from trinity.sdk import TrinityClient
     from trinity.v1 import gateway_pb2
 

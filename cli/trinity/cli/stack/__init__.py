@@ -11,8 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from trinity.stack.compose import ComposeError
-from trinity.stack.plan import StackPlan, compose_files, load_plan
+from trinity.cli.stack.compose import ComposeError
+from trinity.cli.stack.plan import StackPlan, compose_files, load_plan
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -38,7 +38,7 @@ def _run(args: argparse.Namespace, action: str) -> int:
     if action == "up" and args.dry_run:
         print(plan.describe())
         return EXIT_OK
-    from trinity.stack.engine import EngineUnavailable, StackEngine, connect
+    from trinity.cli.stack.engine import EngineUnavailable, StackEngine, connect
 
     try:
         client = connect()

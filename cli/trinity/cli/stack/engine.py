@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from trinity.stack.plan import ServicePlan, StackPlan
+from trinity.cli.stack.plan import ServicePlan, StackPlan
 
 PROJECT_LABEL = "com.docker.compose.project"
 SERVICE_LABEL = "com.docker.compose.service"

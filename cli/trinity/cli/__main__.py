@@ -1,0 +1,5 @@
+import sys
+
+from trinity.cli.main import main
+
+sys.exit(main())
