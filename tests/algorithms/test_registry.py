@@ -53,25 +53,23 @@ def test_hyperparameter_passed_at_call_time_is_rejected() -> None:
 
 
 def test_researcher_adds_a_policy_loss_with_one_function() -> None:
-    @A.register_policy_loss("test_vanilla_pg", scale=1.0)
+    losses = FunctionRegistry("policy_loss")  # the same class as A.POLICY_LOSSES, left untouched
+
+    @losses.register("test_vanilla_pg", scale=1.0)
     def vanilla_pg(*, logprobs, advantages, mask, scale, **_):
         loss = A.agg_loss(-scale * advantages * logprobs, mask, "token-mean")
         return loss, {"pg_loss": loss.item()}
 
-    try:
-        assert "test_vanilla_pg" in A.available()["policy_losses"]
-        loss, metrics = A.policy_loss("test_vanilla_pg", scale=2.0)(
-            logprobs=torch.tensor([[-1.0, -2.0]]),
-            old_logprobs=torch.zeros(1, 2),  # unused input: ignored
-            advantages=torch.tensor([[1.0, 1.0]]),
-            mask=torch.tensor([[True, True]]),
-        )
-        # -2 * 1 * (-1) = 2 and -2 * 1 * (-2) = 4 -> mean 3
-        assert loss.item() == pytest.approx(3.0)
-        assert metrics == {"pg_loss": pytest.approx(3.0)}
-    finally:
-        A.POLICY_LOSSES.remove("test_vanilla_pg")
-    assert "test_vanilla_pg" not in A.POLICY_LOSSES
+    assert "test_vanilla_pg" in losses.names()
+    loss, metrics = losses.build("test_vanilla_pg", scale=2.0)(
+        logprobs=torch.tensor([[-1.0, -2.0]]),
+        old_logprobs=torch.zeros(1, 2),  # unused input: ignored
+        advantages=torch.tensor([[1.0, 1.0]]),
+        mask=torch.tensor([[True, True]]),
+    )
+    # -2 * 1 * (-1) = 2 and -2 * 1 * (-2) = 4 -> mean 3
+    assert loss.item() == pytest.approx(3.0)
+    assert metrics == {"pg_loss": pytest.approx(3.0)}
 
 
 def test_duplicate_registration_is_refused() -> None:
@@ -80,7 +78,7 @@ def test_duplicate_registration_is_refused() -> None:
 
 
 def test_declared_hyperparameter_missing_from_signature_fails_at_registration() -> None:
-    registry = FunctionRegistry("thing", "register_thing")
+    registry = FunctionRegistry("thing")
 
     def fn(*, x, **_):
         return x

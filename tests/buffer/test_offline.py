@@ -10,8 +10,8 @@ import pytest
 
 from tests.buffer.helpers import experience
 from trinity.clients import BufferClient
-from trinity.config import StreamConfig
-from trinity.v1 import buffer_pb2, common_pb2
+from trinity.config import OfflineDataConfig, StreamConfig
+from trinity.v1 import common_pb2
 
 
 @pytest.fixture
@@ -36,17 +36,11 @@ def test_sft_chats_and_prompt_response_pairs_load_as_sft_experiences(client, uni
     )
     pairs = _write_jsonl(tmp_path / "pairs.jsonl", [{"q": "1+1?", "a": "2"}])
     sft = common_pb2.EXPERIENCE_KIND_SFT
-    reply = client.load_offline(
-        buffer_pb2.LoadOfflineDataRequest(stream=unique, path=chats, kind=sft, messages_key="conversation")
-    )
+    reply = client.load_offline(unique, OfflineDataConfig(path=chats, messages_key="conversation"), sft)
     assert (reply.loaded, reply.skipped) == (1, 1)
-    reply = client.load_offline(
-        buffer_pb2.LoadOfflineDataRequest(stream=unique, path=pairs, kind=sft, prompt_key="q", response_key="a")
-    )
+    reply = client.load_offline(unique, OfflineDataConfig(path=pairs, prompt_key="q", response_key="a"), sft)
     assert reply.loaded == 1
-    again = client.load_offline(
-        buffer_pb2.LoadOfflineDataRequest(stream=unique, path=pairs, kind=sft, prompt_key="q", response_key="a")
-    )
+    again = client.load_offline(unique, OfflineDataConfig(path=pairs, prompt_key="q", response_key="a"), sft)
     assert again.loaded == 0  # same content, same id: loading twice adds nothing
     got = client.read(unique, "t", 10).experiences
     assert [e.kind for e in got] == [sft, sft]
@@ -61,7 +55,7 @@ def test_preference_pairs_load_with_chosen_as_response(client, unique, tmp_path)
         [{"prompt": "Say hi", "chosen": [{"role": "assistant", "content": "Hi!"}], "rejected": "Go away"}],
     )
     kind = common_pb2.EXPERIENCE_KIND_PREFERENCE
-    assert client.load_offline(buffer_pb2.LoadOfflineDataRequest(stream=unique, path=path, kind=kind)).loaded == 1
+    assert client.load_offline(unique, OfflineDataConfig(path=path), kind).loaded == 1
     (pair,) = client.read(unique, "t", 10).experiences
     assert (pair.prompt_text, pair.response_text, pair.preference.rejected_text) == ("Say hi", "Hi!", "Go away")
 
@@ -70,7 +64,7 @@ def test_offline_load_without_a_kind_is_invalid(client, unique, tmp_path):
     client.create_stream(StreamConfig(name=unique))
     path = _write_jsonl(tmp_path / "x.jsonl", [{"prompt": "p", "response": "r"}])
     with pytest.raises(grpc.RpcError) as info:
-        client.load_offline(buffer_pb2.LoadOfflineDataRequest(stream=unique, path=path))
+        client.load_offline(unique, OfflineDataConfig(path=path), common_pb2.EXPERIENCE_KIND_UNSPECIFIED)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "kind" in info.value.details()
 
 

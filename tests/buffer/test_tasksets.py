@@ -47,10 +47,10 @@ def _drain(client: BufferClient, name: str, batch: int = 4) -> list[int]:
 
 
 def test_tasks_carry_mapped_fields_and_the_whole_row(client, unique, jsonl):
-    client.create_taskset(_config(unique, jsonl, workflow="math", reward_fn="accuracy"))
+    client.create_taskset(_config(unique, jsonl, reward_fn="accuracy"))
     task = client.lease_tasks(unique, "e", 1).tasks[0]
     assert (task.id, task.prompt, task.answer) == (f"{unique}/0", "What is 0+1?", "1")
-    assert (task.workflow, task.reward_fn, task.epoch) == ("math", "accuracy", 0)
+    assert (task.reward_fn, task.epoch) == ("accuracy", 0)
     assert task.payload["level"] == 0
     assert task.pass_rate == -1
 

@@ -95,8 +95,9 @@ class Loopback:
         entrypoint = list(service.entrypoint) if service.entrypoint is not None else runtime.exec_form("ENTRYPOINT")
         command = list(service.command) if service.command is not None else []
         argv = entrypoint + command
-        assert argv[0] == "trinity", f"{service.name}: the entrypoint must be the trinity command, not {argv[0]}"
-        return [sys.executable, "-m", "trinity.cli", *argv[1:]]
+        modules = {"trinity": "trinity.cli", "trinity-serve": "trinity.runtime.serve"}  # the console scripts
+        assert argv[0] in modules, f"{service.name}: the entrypoint must be a trinity command, not {argv[0]}"
+        return [sys.executable, "-m", modules[argv[0]], *argv[1:]]
 
 
 class ComposeService(ServiceProcess):
@@ -158,7 +159,7 @@ def test_every_trinity_service_is_started_from_the_compose_file(stack):
     _, started = stack
     assert sorted(started) == ["buffer", "explorer", "gateway", "trainer"]
     for name, service in started.items():
-        assert service.argv[3:5] == ["serve", name]
+        assert service.argv[2:4] == ["trinity.runtime.serve", name]
 
 
 def test_the_buffer_works_through_the_compose_wiring(stack):

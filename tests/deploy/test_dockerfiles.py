@@ -1,6 +1,6 @@
 """services/*/Dockerfile: lint-clean, multi-stage, non-root, gRPC health check, the same entrypoint the
 tests run, and the ports compose and Kubernetes use; deploy/docker/requirements.py keeps torch out of
-the gateway and buffer images."""
+the gateway and buffer images, and each image copies only its own distributions."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ def _stages(name: str) -> list[dockerfile.Stage]:
     return dockerfile.parse(ROOT / "services" / name / "Dockerfile")
 
 
-def _requirements(service: str, flavor: str) -> list[str]:
+def _requirements(service: str, flavor: str, *extra: str) -> list[str]:
     done = subprocess.run(
-        [sys.executable, str(REQUIREMENTS), service, "--flavor", flavor, "--pyproject", str(ROOT / "pyproject.toml")],
+        [sys.executable, str(REQUIREMENTS), service, "--flavor", flavor, "--root", str(ROOT), *extra],
         capture_output=True,
         text=True,
         check=True,
@@ -50,7 +50,16 @@ def test_dockerfiles_pass_hadolint():
 
 @pytest.mark.parametrize("name", SERVICES)
 def test_the_entrypoint_is_trinity_serve_of_that_service(name):
-    assert _stages(name)[-1].exec_form("ENTRYPOINT") == ["trinity", "serve", name]
+    assert _stages(name)[-1].exec_form("ENTRYPOINT") == ["trinity-serve", name]
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_an_image_copies_exactly_the_distributions_its_service_depends_on(name):
+    copied = {args.split()[0].rstrip("/") for args in _stages(name)[-2].all("COPY") if not args.startswith("--")}
+    folders = set(_requirements(name, "cpu", "--local"))
+    assert copied - {"deploy/docker/requirements.py"} == folders | {f"{f}/pyproject.toml" for f in folders}
+    others = {f"services/{other}" for other in SERVICES if other != name}
+    assert not folders & others and {"sdk", "cli"}.isdisjoint(folders)
 
 
 @pytest.mark.parametrize("name", SERVICES)
@@ -108,6 +117,6 @@ def test_the_cuda_flavour_takes_vllm_and_megatron_core():
 def test_requirements_keep_pyproject_base_dependencies_for_every_image():
     import tomllib
 
-    base = _names(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
+    base = _names(tomllib.loads((ROOT / "services" / "common" / "pyproject.toml").read_text())["project"]["dependencies"])
     for name in SERVICES:
         assert base <= _names(_requirements(name, "cpu")), name

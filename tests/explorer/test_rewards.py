@@ -134,5 +134,5 @@ def test_a_reward_of_the_wrong_type_gives_a_failed_outcome():
 
 
 def test_unknown_reward_names_list_the_registered_ones():
-    with pytest.raises(KeyError, match="registered: accuracy"):
+    with pytest.raises(KeyError, match="known: accuracy"):
         get_reward("nope")

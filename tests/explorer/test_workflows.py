@@ -10,9 +10,9 @@ from explorer_helpers import make_task
 
 from trinity.explorer.engines import SamplingSettings
 from trinity.explorer.engines.scripted import ScriptedEngine
-from trinity.explorer.rewards import REWARDS
 from trinity.explorer.workflows import RolloutSettings, create_workflow
 from trinity.explorer.workflows.multi_turn import env_turn_ids
+from trinity.explorer.workflows.single_turn import MathWorkflow
 from trinity.v1 import common_pb2
 
 SHORT = SamplingSettings(temperature=1.0, max_tokens=8)
@@ -73,13 +73,19 @@ def test_task_reward_fn_overrides_the_workflow_default(tokenizer):
     assert exps[0].reward == 0.0  # right answer, but `format` wants think/answer tags
 
 
-def test_a_failing_reward_marks_experiences_failed_and_keeps_going(tokenizer):
-    @REWARDS.register("test_always_raises")
-    def always_raises(text, task):
-        raise ZeroDivisionError("boom")
+class RaisingRewardWorkflow(MathWorkflow):
+    """`math` with a reward that always raises (a subclass: no throwaway name in the global registry)."""
 
-    task = make_task(prompt="q", answer="1", reward_fn="test_always_raises")
-    exps = create_workflow("math").run(task, scripted(tokenizer, "1"), RolloutSettings(repeat_times=2))
+    def reward_fn(self, task):
+        def always_raises(text, task):
+            raise ZeroDivisionError("boom")
+
+        return always_raises
+
+
+def test_a_failing_reward_marks_experiences_failed_and_keeps_going(tokenizer):
+    task = make_task(prompt="q", answer="1")
+    exps = RaisingRewardWorkflow().run(task, scripted(tokenizer, "1"), RolloutSettings(repeat_times=2))
     assert len(exps) == 2
     assert all(e.failed and e.error == "ZeroDivisionError: boom" and e.reward == 0.0 for e in exps)
 

@@ -16,14 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-# Importing the component modules registers the built-in functions.
-from . import advantages as _advantages
-from . import entropy as _entropy
-from . import kl as _kl
-from . import policy_losses as _policy_losses
-from . import value_losses as _value_losses
 from .advantages import broadcast_to_tokens, discounted_cumsum, group_stats, outcome_token_rewards
-from .aggregation import LOSS_AGG_MODES, agg_loss, masked_mean, masked_sum, masked_var, masked_whiten
+from .aggregation import LOSS_AGG_MODES, LOSS_AGGREGATIONS, agg_loss, masked_mean, masked_sum, masked_var, masked_whiten
 from .entropy import entropy_from_logits
 from .kl import AdaptiveKLController, FixedKLController, apply_kl_penalty, kl_controller, kl_loss
 from .policy_losses import chord_mu_schedule
@@ -46,8 +40,6 @@ from .registry import (
 )
 from .reward_shaping import overlong_reward_penalty
 from .value_losses import clipped_value_loss
-
-del _advantages, _entropy, _kl, _policy_losses, _value_losses
 
 
 def advantage(name: str, **overrides: Any) -> BoundFn:
@@ -96,6 +88,7 @@ __all__ = [
     "ADVANTAGES",
     "ENTROPY_TERMS",
     "KL_ESTIMATORS",
+    "LOSS_AGGREGATIONS",
     "LOSS_AGG_MODES",
     "POLICY_LOSSES",
     "PRESETS",

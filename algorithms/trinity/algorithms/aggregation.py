@@ -11,12 +11,12 @@ from collections.abc import Callable
 
 import torch
 
-LOSS_AGG_MODES: tuple[str, ...] = (
-    "token-mean",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum",
-    "seq-mean-token-sum-norm",
-)
+from trinity.registry import Registry
+from trinity.registry_names import KINDS
+
+Aggregator = Callable[[torch.Tensor, torch.Tensor, float | None], torch.Tensor]  # (loss, bool mask, norm)
+LOSS_AGGREGATIONS: Registry[Aggregator] = Registry("loss_agg_mode")
+LOSS_AGG_MODES: tuple[str, ...] = tuple(KINDS["loss_agg_mode"].builtins)  # the built-in modes
 
 
 def as_bool_mask(mask: torch.Tensor) -> torch.Tensor:
@@ -86,13 +86,10 @@ def agg_loss(
 
     Fully masked rows contribute nothing and never produce NaN; an all-masked batch gives 0.
     """
-    try:
-        reducer = _AGGREGATORS[mode]
-    except KeyError:
-        raise ValueError(f"unknown loss_agg_mode {mode!r}; known modes: {', '.join(LOSS_AGG_MODES)}") from None
-    return reducer(loss_mat, as_bool_mask(mask), norm_constant)
+    return LOSS_AGGREGATIONS.get(mode)(loss_mat, as_bool_mask(mask), norm_constant)
 
 
+@LOSS_AGGREGATIONS.register("token-mean")
 def _token_mean(loss: torch.Tensor, mask: torch.Tensor, _: float | None) -> torch.Tensor:
     return masked_mean(loss, mask)
 
@@ -102,24 +99,19 @@ def _seq_mean(per_row: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return masked_mean(per_row, mask.any(dim=-1))
 
 
+@LOSS_AGGREGATIONS.register("seq-mean-token-mean")
 def _seq_mean_token_mean(loss: torch.Tensor, mask: torch.Tensor, _: float | None) -> torch.Tensor:
     return _seq_mean(masked_mean(loss, mask, dim=-1), mask)
 
 
+@LOSS_AGGREGATIONS.register("seq-mean-token-sum")
 def _seq_mean_token_sum(loss: torch.Tensor, mask: torch.Tensor, _: float | None) -> torch.Tensor:
     return _seq_mean(masked_sum(loss, mask, dim=-1), mask)
 
 
+@LOSS_AGGREGATIONS.register("seq-mean-token-sum-norm")
 def _seq_mean_token_sum_norm(loss: torch.Tensor, mask: torch.Tensor, norm: float | None) -> torch.Tensor:
     constant = float(loss.shape[-1]) if norm is None else float(norm)
     if constant <= 0:
         raise ValueError(f"seq-mean-token-sum-norm needs a positive norm_constant, got {constant}")
     return masked_sum(loss, mask) / constant
-
-
-_AGGREGATORS: dict[str, Callable[[torch.Tensor, torch.Tensor, float | None], torch.Tensor]] = {
-    "token-mean": _token_mean,
-    "seq-mean-token-mean": _seq_mean_token_mean,
-    "seq-mean-token-sum": _seq_mean_token_sum,
-    "seq-mean-token-sum-norm": _seq_mean_token_sum_norm,
-}

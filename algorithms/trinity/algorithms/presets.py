@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
-from .registry import ADVANTAGES, ENTROPY_TERMS, KL_ESTIMATORS, POLICY_LOSSES, VALUE_LOSSES, BoundFn, Registry
+from trinity.registry import Registry
+
+from .registry import ADVANTAGES, ENTROPY_TERMS, KL_ESTIMATORS, POLICY_LOSSES, VALUE_LOSSES, BoundFn
 
 DataKind = Literal["rollout", "sft", "preference"]
 DATA_KINDS: tuple[str, ...] = ("rollout", "sft", "preference")
@@ -98,13 +100,13 @@ class AlgorithmPreset:
         return KL_ESTIMATORS.build(self.kl_penalty)
 
 
-PRESETS: Registry[AlgorithmPreset] = Registry(
-    "algorithm preset", "Register one with register_preset(AlgorithmPreset(name=..., ...))."
-)
+# The `algorithm_type` names of a config; a package adds one through the entry-point group `trinity.algorithms`.
+PRESETS: Registry[AlgorithmPreset] = Registry("algorithm")
 
 
-def register_preset(preset: AlgorithmPreset, *, replace: bool = False) -> AlgorithmPreset:
-    return PRESETS.add(preset.name, preset, replace=replace)
+def register_preset(preset: AlgorithmPreset) -> AlgorithmPreset:
+    """Register ``preset`` under its name (an ``algorithm_type``); a name already taken is an error."""
+    return PRESETS.register(preset.name)(preset)
 
 
 # Group-relative RL with a reference-KL loss: the shape most presets share (Trinity-RFT defaults).

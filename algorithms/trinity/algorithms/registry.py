@@ -9,93 +9,28 @@ may override is explicit and a typo in either place fails loudly at import or bu
 
     @register_policy_loss("my_loss", clip_range=0.2)
     def my_loss(*, logprobs, old_logprobs, advantages, mask, clip_range, **_): ...
+
+These are :class:`trinity.registry.Registry` instances: built-in names load their module on first use
+(``trinity.registry_names``), and a package adds names through the entry-point groups
+``trinity.policy_losses``, ``trinity.advantages``, ... (see examples/plugin).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
-T = TypeVar("T")
+from trinity.registry import DuplicateNameError, Registry, UnknownNameError
+
 F = TypeVar("F", bound=Callable[..., Any])
 
-
-class UnknownNameError(KeyError):
-    """A name that no registry entry has; the message lists the known names."""
-
-    def __init__(self, kind: str, name: str, known: list[str], hint: str = "") -> None:
-        self.kind = kind
-        self.name = name
-        self.known = known
-        msg = f"unknown {kind} {name!r}; known {kind} names: {', '.join(known) or '(none)'}"
-        self.message = f"{msg}. {hint}" if hint else msg
-        super().__init__(self.message)
-
-    def __str__(self) -> str:  # KeyError would repr() the message and add quotes
-        return self.message
+__all__ = ["BoundFn", "DuplicateNameError", "FunctionRegistry", "UnknownNameError", "UnknownOverrideError"]
 
 
 class UnknownOverrideError(TypeError, ValueError):
     """An override that is not a hyperparameter of the named function; lists the accepted ones."""
-
-
-class DuplicateNameError(ValueError):
-    """A second registration under a name already taken."""
-
-
-class Registry(Generic[T]):
-    """A plain name -> object table with helpful lookup errors (used directly for presets)."""
-
-    def __init__(self, kind: str, register_hint: str = "") -> None:
-        self.kind = kind
-        self._hint = register_hint
-        self._items: dict[str, T] = {}
-
-    def add(self, name: str, item: T, *, replace: bool = False) -> T:
-        if not name or not isinstance(name, str):
-            raise ValueError(f"{self.kind} name must be a non-empty string, got {name!r}")
-        if name in self._items and not replace:
-            raise DuplicateNameError(
-                f"{self.kind} {name!r} is already registered; pick another name or pass replace=True"
-            )
-        self._items[name] = item
-        return item
-
-    def get(self, name: str) -> T:
-        try:
-            return self._items[name]
-        except KeyError:
-            raise UnknownNameError(self.kind, name, self.names(), self._hint) from None
-
-    def remove(self, name: str) -> None:
-        """Drop an entry (tests that register throwaway algorithms clean up with this)."""
-        self.get(name)
-        del self._items[name]
-
-    def names(self) -> list[str]:
-        return sorted(self._items)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._items
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.names())
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-
-@dataclass(frozen=True)
-class RegisteredFn:
-    """One registry entry: the function and its declared hyperparameter defaults."""
-
-    name: str
-    kind: str
-    fn: Callable[..., Any]
-    defaults: Mapping[str, Any] = field(default_factory=dict)
 
 
 class BoundFn:
@@ -109,10 +44,10 @@ class BoundFn:
 
     __slots__ = ("fn", "kind", "name", "params")
 
-    def __init__(self, entry: RegisteredFn, params: Mapping[str, Any]) -> None:
-        self.name = entry.name
-        self.kind = entry.kind
-        self.fn = entry.fn
+    def __init__(self, name: str, kind: str, fn: Callable[..., Any], params: Mapping[str, Any]) -> None:
+        self.name = name
+        self.kind = kind
+        self.fn = fn
         self.params: Mapping[str, Any] = MappingProxyType(dict(params))
 
     def __call__(self, *args: Any, **inputs: Any) -> Any:
@@ -129,31 +64,38 @@ class BoundFn:
         return f"<{self.kind} {self.name}({args})>"
 
 
-class FunctionRegistry(Registry[RegisteredFn]):
+class FunctionRegistry(Registry[Callable[..., Any]]):
     """Registry of pure functions with declared, overridable hyperparameters."""
 
-    def __init__(self, kind: str, decorator_name: str) -> None:
-        super().__init__(kind, f"Register one with @{decorator_name}(name, **hyperparameter_defaults).")
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self._defaults: dict[str, Mapping[str, Any]] = {}
 
-    def register(self, name: str, *, replace: bool = False, **defaults: Any) -> Callable[[F], F]:
+    def register(self, name: str, **defaults: Any) -> Callable[[F], F]:
         """Decorator: register ``fn`` under ``name`` with hyperparameter ``defaults``."""
 
         def decorator(fn: F) -> F:
-            _check_declared(self.kind, name, fn, defaults)
-            self.add(name, RegisteredFn(name, self.kind, fn, MappingProxyType(dict(defaults))), replace=replace)
+            _check_declared(self.label, name, fn, defaults)
+            super(FunctionRegistry, self).register(name)(fn)
+            self._defaults[name] = MappingProxyType(dict(defaults))
             return fn
 
         return decorator
 
+    def defaults(self, name: str) -> Mapping[str, Any]:
+        """The declared hyperparameters of ``name`` and their default values (read-only)."""
+        self.get(name)
+        return self._defaults[name]
+
     def build(self, name: str, **overrides: Any) -> BoundFn:
-        entry = self.get(name)
-        unknown = sorted(set(overrides) - set(entry.defaults))
+        fn, defaults = self.get(name), self.defaults(name)
+        unknown = sorted(set(overrides) - set(defaults))
         if unknown:
-            accepted = ", ".join(sorted(entry.defaults)) or "(none)"
+            accepted = ", ".join(sorted(defaults)) or "(none)"
             raise UnknownOverrideError(
-                f"{self.kind} {name!r} has no hyperparameter {', '.join(map(repr, unknown))}; accepted: {accepted}"
+                f"{self.label} {name!r} has no hyperparameter {', '.join(map(repr, unknown))}; accepted: {accepted}"
             )
-        return BoundFn(entry, {**entry.defaults, **overrides})
+        return BoundFn(name, self.label, fn, {**defaults, **overrides})
 
 
 def _check_declared(kind: str, name: str, fn: Callable[..., Any], defaults: Mapping[str, Any]) -> None:
@@ -168,12 +110,12 @@ def _check_declared(kind: str, name: str, fn: Callable[..., Any], defaults: Mapp
         )
 
 
-# The library's registries. Modules register into them at import; ``trinity.algorithms`` imports them all.
-ADVANTAGES = FunctionRegistry("advantage", "register_advantage")
-POLICY_LOSSES = FunctionRegistry("policy loss", "register_policy_loss")
-KL_ESTIMATORS = FunctionRegistry("kl estimator", "register_kl")
-ENTROPY_TERMS = FunctionRegistry("entropy term", "register_entropy")
-VALUE_LOSSES = FunctionRegistry("value loss", "register_value_loss")
+# The library's registries; each name's module is imported the first time the name is looked up.
+ADVANTAGES = FunctionRegistry("advantage")
+POLICY_LOSSES = FunctionRegistry("policy_loss")
+KL_ESTIMATORS = FunctionRegistry("kl_estimator")
+ENTROPY_TERMS = FunctionRegistry("entropy_term")
+VALUE_LOSSES = FunctionRegistry("value_loss")
 
 register_advantage = ADVANTAGES.register
 register_policy_loss = POLICY_LOSSES.register

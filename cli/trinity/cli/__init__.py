@@ -1,1 +1,2 @@
-"""The `trinity` command: `run` (the whole stack on this machine), `submit`, `runs`, `serve`, `stack`, `model`, `bench`."""
+"""The `trinity` command: `run` (the whole stack on this machine), `submit`, `runs`, `serve`, `stack`, `model`,
+`bench`."""

@@ -39,10 +39,10 @@ def explorer_threads(stages: list[RunConfig], explorers: int, cores: int | None 
 
 
 def run_locally(config: RunConfig, output_dir: str | None, *, quiet: bool = False) -> int:
-    from trinity.clients import BufferClient
     from trinity.cli.launcher import LocalStack
-    from trinity.models import resolve_model_path
     from trinity.cli.monitor import RunMonitor
+    from trinity.clients import BufferClient
+    from trinity.models import resolve_model_path
     from trinity.sdk import TrinityClient
     from trinity.v1 import gateway_pb2
 

@@ -18,6 +18,7 @@ from trinity.runtime.client import wait_until_serving
 from trinity.runtime.redis_server import RedisServer, free_port, start_redis_server
 from trinity.runtime.serve import PARENT_ENV
 
+
 @dataclass
 class ServiceHandle:
     name: str

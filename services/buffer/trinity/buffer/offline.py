@@ -12,46 +12,49 @@ from typing import Any
 from google.protobuf import json_format
 
 from trinity.buffer.rows import Row, lookup, read_rows
+from trinity.config import OfflineDataConfig
 from trinity.runtime.errors import InvalidArgument
-from trinity.v1 import buffer_pb2, common_pb2
+from trinity.v1 import common_pb2
 
 SFT = common_pb2.EXPERIENCE_KIND_SFT
 PREFERENCE = common_pb2.EXPERIENCE_KIND_PREFERENCE
 
 
-def offline_experiences(request: buffer_pb2.LoadOfflineDataRequest) -> tuple[list[common_pb2.Experience], int]:
+def offline_experiences(
+    config: OfflineDataConfig, kind: common_pb2.ExperienceKind.ValueType
+) -> tuple[list[common_pb2.Experience], int]:
     """Rows -> text-level experiences (the Trainer tokenizes them with its model's chat template).
 
     Ids are content hashes, so loading the same file twice adds nothing (the stream drops duplicates).
     Returns (experiences, rows skipped because a mapped field was missing).
     """
-    if request.kind not in (SFT, PREFERENCE):
+    if kind not in (SFT, PREFERENCE):
         raise InvalidArgument("kind", "must be EXPERIENCE_KIND_SFT or EXPERIENCE_KIND_PREFERENCE")
-    rows = read_rows(request.path, request.format, request.split or "train", request.limit)
-    build = _sft if request.kind == SFT else _preference
+    rows = read_rows(config.path, config.format, config.split, config.limit)
+    build = _sft if kind == SFT else _preference
     out: list[common_pb2.Experience] = []
     skipped = 0
     for row in rows:
-        exp = build(row, request)
+        exp = build(row, config)
         if exp is None:
             skipped += 1
             continue
-        exp.kind = request.kind
+        exp.kind = kind
         exp.id = "offline-" + hashlib.sha1(exp.SerializeToString(deterministic=True)).hexdigest()
         out.append(exp)
     return out, skipped
 
 
-def _sft(row: Row, request: buffer_pb2.LoadOfflineDataRequest) -> common_pb2.Experience | None:
+def _sft(row: Row, config: OfflineDataConfig) -> common_pb2.Experience | None:
     exp = common_pb2.Experience()
-    if request.messages_key:
-        messages = lookup(row, request.messages_key)
+    if config.messages_key:
+        messages = lookup(row, config.messages_key)
         if not isinstance(messages, list) or not messages:
             return None
         _add_messages(exp, messages)
         return exp
-    prompt = lookup(row, request.prompt_key or "prompt")
-    response = lookup(row, request.response_key or "response")
+    prompt = lookup(row, config.prompt_key)
+    response = lookup(row, config.response_key)
     if prompt is None or response is None:
         return None
     _set_prompt(exp, prompt)
@@ -59,10 +62,10 @@ def _sft(row: Row, request: buffer_pb2.LoadOfflineDataRequest) -> common_pb2.Exp
     return exp
 
 
-def _preference(row: Row, request: buffer_pb2.LoadOfflineDataRequest) -> common_pb2.Experience | None:
-    prompt = lookup(row, request.prompt_key or "prompt")
-    chosen = lookup(row, request.chosen_key or "chosen")
-    rejected = lookup(row, request.rejected_key or "rejected")
+def _preference(row: Row, config: OfflineDataConfig) -> common_pb2.Experience | None:
+    prompt = lookup(row, config.prompt_key)
+    chosen = lookup(row, config.chosen_key)
+    rejected = lookup(row, config.rejected_key)
     if prompt is None or chosen is None or rejected is None:
         return None
     exp = common_pb2.Experience()

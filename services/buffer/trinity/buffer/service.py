@@ -5,8 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import grpc
-from google.protobuf import json_format
-from pydantic import BaseModel, ValidationError
 
 from trinity.buffer import metrics
 from trinity.buffer.offline import export_entries, offline_experiences
@@ -14,26 +12,14 @@ from trinity.buffer.store import BufferStore
 from trinity.buffer.streams.experience_stream import ExperienceStream
 from trinity.buffer.streams.validation import validate_experiences
 from trinity.buffer.wire import PutExperiencesWire, encode_read_response
-from trinity.config import StreamConfig, TaskSetConfig, format_validation_error
+from trinity.config import OfflineDataConfig, StreamConfig, TaskSetConfig
+from trinity.config.spec import from_spec, to_spec
 from trinity.runtime.errors import InvalidArgument, ResourceExhausted, grpc_errors, require
 from trinity.runtime.status import service_status
 from trinity.v1 import buffer_pb2, buffer_pb2_grpc, common_pb2
 
 MAX_BATCH = 10_000
 MAX_BLOCK_MS = 60_000
-
-
-def _config(model: type[BaseModel], spec: Any, field: str) -> Any:
-    """Proto spec -> validated config; unset (zero) proto fields take the config defaults."""
-    values = json_format.MessageToDict(spec, preserving_proto_field_name=True)
-    try:
-        return model.model_validate(values)
-    except ValidationError as err:
-        raise InvalidArgument("", format_validation_error(err, prefix=field).replace("\n", "; ")) from None
-
-
-def _spec(config: BaseModel, message: Any) -> Any:
-    return json_format.ParseDict(config.model_dump(mode="json"), message)
 
 
 def _batch_size(value: int, field: str) -> int:
@@ -54,12 +40,12 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
     def _taskset_info(self, name: str) -> buffer_pb2.TaskSetInfo:
         taskset = self.store.taskset(name)
         info = taskset.info()
-        info.spec.CopyFrom(_spec(taskset.config, buffer_pb2.TaskSetSpec()))
+        info.spec.CopyFrom(to_spec(taskset.config, buffer_pb2.TaskSetSpec()))
         return info
 
     @grpc_errors
     def CreateTaskSet(self, request: buffer_pb2.CreateTaskSetRequest, context: grpc.ServicerContext) -> Any:
-        config = _config(TaskSetConfig, request.spec, "spec")
+        config = from_spec(TaskSetConfig, request.spec, "spec")
         self.store.create_taskset(config, replace=request.replace)
         return self._taskset_info(config.name)
 
@@ -105,12 +91,12 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
     def _stream_info(self, stream: ExperienceStream) -> buffer_pb2.StreamInfo:
         stats = stream.stats()
         return buffer_pb2.StreamInfo(
-            spec=_spec(stream.config, buffer_pb2.StreamSpec()), stats=buffer_pb2.StreamStats(**stats)
+            spec=to_spec(stream.config, buffer_pb2.StreamSpec()), stats=buffer_pb2.StreamStats(**stats)
         )
 
     @grpc_errors
     def CreateStream(self, request: buffer_pb2.CreateStreamRequest, context: grpc.ServicerContext) -> Any:
-        config = _config(StreamConfig, request.spec, "spec")
+        config = from_spec(StreamConfig, request.spec, "spec")
         return self._stream_info(self.store.create_stream(config, exist_ok=request.exist_ok))
 
     @grpc_errors
@@ -191,8 +177,8 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
     @grpc_errors
     def LoadOfflineData(self, request: buffer_pb2.LoadOfflineDataRequest, context: grpc.ServicerContext) -> Any:
         stream = self.store.stream(require(request.stream, "stream"))
-        require(request.path, "path")
-        experiences, skipped = offline_experiences(request)
+        config = from_spec(OfflineDataConfig, request, "", request_only=("stream", "kind"))
+        experiences, skipped = offline_experiences(config, request.kind)
         loaded = 0
         for start in range(0, len(experiences), 1000):
             loaded += stream.put(experiences[start : start + 1000], apply_stream_operators=False).accepted

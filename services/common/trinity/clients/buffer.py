@@ -6,9 +6,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import grpc
-from google.protobuf import json_format
 
-from trinity.config import StreamConfig, TaskSetConfig
+from trinity.config import OfflineDataConfig, StreamConfig, TaskSetConfig
+from trinity.config.spec import to_spec
 from trinity.runtime.client import call_with_retry, open_channel
 from trinity.v1 import buffer_pb2, buffer_pb2_grpc, common_pb2
 
@@ -61,7 +61,7 @@ class BufferClient:
     # ---- task sets ---------------------------------------------------------------------------------
 
     def create_taskset(self, config: TaskSetConfig, *, replace: bool = False) -> buffer_pb2.TaskSetInfo:
-        spec = json_format.ParseDict(config.model_dump(mode="json"), buffer_pb2.TaskSetSpec())
+        spec = to_spec(config, buffer_pb2.TaskSetSpec())
         return self._call("CreateTaskSet", buffer_pb2.CreateTaskSetRequest(spec=spec, replace=replace))  # type: ignore[return-value]
 
     def taskset(self, name: str) -> buffer_pb2.TaskSetInfo:
@@ -88,7 +88,7 @@ class BufferClient:
     # ---- streams -----------------------------------------------------------------------------------
 
     def create_stream(self, config: StreamConfig, *, exist_ok: bool = True) -> buffer_pb2.StreamInfo:
-        spec = json_format.ParseDict(config.model_dump(mode="json"), buffer_pb2.StreamSpec())
+        spec = to_spec(config, buffer_pb2.StreamSpec())
         return self._call("CreateStream", buffer_pb2.CreateStreamRequest(spec=spec, exist_ok=exist_ok))  # type: ignore[return-value]
 
     def stream(self, name: str) -> buffer_pb2.StreamInfo:
@@ -133,7 +133,11 @@ class BufferClient:
 
     # ---- offline data ------------------------------------------------------------------------------
 
-    def load_offline(self, request: buffer_pb2.LoadOfflineDataRequest) -> buffer_pb2.LoadOfflineDataResponse:
+    def load_offline(
+        self, stream: str, config: OfflineDataConfig, kind: common_pb2.ExperienceKind.ValueType
+    ) -> buffer_pb2.LoadOfflineDataResponse:
+        """Load SFT samples (`EXPERIENCE_KIND_SFT`) or DPO pairs (`EXPERIENCE_KIND_PREFERENCE`) into `stream`."""
+        request = to_spec(config, buffer_pb2.LoadOfflineDataRequest(stream=stream, kind=kind))
         return self._call("LoadOfflineData", request, timeout=max(self.timeout, 600))  # type: ignore[return-value]
 
     def export(self, stream: str, path: str, fmt: str = "") -> int:

@@ -101,9 +101,9 @@ def sync_spec(group: gateway_pb2.SyncGroup):
         port=group.port,
         world_size=group.world_size,
         ranks=ranks,
-        timeout_s=group.timeout_seconds or 600.0,
-        join_timeout_s=max(group.timeout_seconds or 600.0, 60.0),
-        bucket_mb=group.bucket_mb or 64.0,
+        timeout_s=group.timeout_seconds,
+        join_timeout_s=max(group.timeout_seconds, 60.0),
+        bucket_mb=group.bucket_mb,
         checkpoint_dir=group.checkpoint_dir or None,
     )
 

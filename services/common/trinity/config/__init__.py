@@ -5,6 +5,8 @@ reported with the field that is wrong, before any work starts.
 """
 
 from trinity.config.buffer import (
+    BufferConfig,
+    OfflineDataConfig,
     OperatorConfig,
     PriorityReplayConfig,
     SelectorName,
@@ -12,18 +14,18 @@ from trinity.config.buffer import (
     TaskSetConfig,
 )
 from trinity.config.errors import ConfigError, format_validation_error
+from trinity.config.explorer import ExplorerConfig
 from trinity.config.run import (
     KNOWN_ALGORITHMS,
     AlgorithmConfig,
-    BufferConfig,
-    ExplorerConfig,
     ModelConfig,
+    MonitorConfig,
     RunConfig,
-    SynchronizerConfig,
-    TrainerConfig,
     load_run_config,
     parse_run_config,
 )
+from trinity.config.sync import SynchronizerConfig
+from trinity.config.trainer import MegatronTrainerConfig, OptimizerSection, TorchTrainerConfig, TrainerConfig
 
 __all__ = [
     "KNOWN_ALGORITHMS",
@@ -31,14 +33,19 @@ __all__ = [
     "BufferConfig",
     "ConfigError",
     "ExplorerConfig",
+    "MegatronTrainerConfig",
     "ModelConfig",
+    "MonitorConfig",
+    "OfflineDataConfig",
     "OperatorConfig",
+    "OptimizerSection",
     "PriorityReplayConfig",
     "RunConfig",
     "SelectorName",
     "StreamConfig",
     "SynchronizerConfig",
     "TaskSetConfig",
+    "TorchTrainerConfig",
     "TrainerConfig",
     "format_validation_error",
     "load_run_config",

@@ -7,10 +7,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from trinity.config.buffer import OperatorConfig, PriorityReplayConfig, SelectorName, _check_name
+from trinity.config.base import _check_name, _Section
+from trinity.config.buffer import BufferConfig
 from trinity.config.errors import ConfigError, format_validation_error
+from trinity.config.explorer import ExplorerConfig
+from trinity.config.sync import SynchronizerConfig
+from trinity.config.trainer import TorchTrainerConfig, TrainerConfig
 
 # The algorithm presets of `trinity.algorithms` (kept here so validating a config needs no torch;
 # a test keeps the two lists equal).
@@ -19,10 +23,6 @@ KNOWN_ALGORITHMS = (
     "ppo", "rec", "reinforceplusplus", "rloo", "sapo", "sft", "sppo", "topr",
 )  # fmt: skip
 OFFLINE_ALGORITHMS = ("sft", "dpo")
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class ModelConfig(_Section):
@@ -50,131 +50,6 @@ class AlgorithmConfig(_Section):
         return value
 
 
-class TaskSetSection(_Section):
-    name: str = "train"
-    path: str
-    format: Literal["", "jsonl", "parquet", "datasets"] = ""
-    split: str = "train"
-    prompt_key: str = "prompt"
-    answer_key: str = "answer"
-    epochs: int = Field(default=1, ge=1)
-    selector: SelectorName = "sequential"
-    seed: int = 0
-    workflow: str = ""
-    reward_fn: str = ""
-    limit: int = Field(default=0, ge=0)
-    target_pass_rate: float = Field(default=0.5, ge=0, le=1)
-    curriculum_temperature: float = Field(default=0.1, ge=0)
-    lease_seconds: float = Field(default=600.0, gt=0)
-
-    _name = field_validator("name")(_check_name)
-
-
-class OfflineDataSection(_Section):
-    """SFT samples or DPO pairs loaded from a file into the training stream (train mode)."""
-
-    path: str
-    format: Literal["", "jsonl", "parquet", "datasets"] = ""
-    split: str = "train"
-    prompt_key: str = "prompt"
-    response_key: str = "response"
-    messages_key: str = ""
-    chosen_key: str = "chosen"
-    rejected_key: str = "rejected"
-    limit: int = Field(default=0, ge=0)
-
-
-class ExperienceStreamSection(_Section):
-    name: str = "experiences"
-    operators: tuple[OperatorConfig, ...] = ()
-    max_deliveries: int = Field(default=5, ge=1)
-    claim_idle_ms: int = Field(default=600_000, ge=1)
-    priority_replay: PriorityReplayConfig = PriorityReplayConfig()
-
-    _name = field_validator("name")(_check_name)
-
-
-class BufferConfig(_Section):
-    batch_size: int = Field(default=8, ge=1, description="tasks per explore step")
-    train_batch_size: int | None = Field(
-        default=None, ge=1, description="experiences per train step; None = batch_size * repeat_times"
-    )
-    total_steps: int = Field(default=10, ge=1, description="train steps (explore steps in explore mode)")
-    taskset: TaskSetSection | None = None
-    eval_tasksets: tuple[TaskSetSection, ...] = ()
-    offline_data: OfflineDataSection | None = None
-    experience_stream: ExperienceStreamSection = ExperienceStreamSection()
-
-
-class ExplorerConfig(_Section):
-    engine: Literal["vllm", "transformers"] = "vllm"
-    engine_options: dict[str, Any] = Field(default_factory=dict)
-    workflow: str = "math"
-    workflow_options: dict[str, Any] = Field(default_factory=dict)
-    reward_fn: str = ""
-    num_workers: int = Field(default=1, ge=1, description="explorer processes in the run")
-    threads: int = Field(
-        default=0,
-        ge=0,
-        description="`trinity run`: torch threads per explorer process; 0 = the cores split among explorers",
-    )
-    temperature: float = Field(default=1.0, ge=0)
-    top_p: float = Field(default=1.0, gt=0, le=1)
-    top_k: int = -1
-    stop: tuple[str, ...] = ()
-    reward_timeout_seconds: float = Field(default=10.0, gt=0)
-    eval_interval: int = Field(default=0, ge=0, description="evaluate every N weight versions; 0 = never")
-    eval_on_start: bool = True
-    eval_temperature: float = Field(default=1.0, ge=0)
-    eval_repeat_times: int = Field(default=1, ge=1)
-    # serve mode (trinity.explorer.openai_api): the OpenAI-compatible HTTP endpoint agents call
-    openai_host: str = Field(default="127.0.0.1", description="bind address; 0.0.0.0 to serve other hosts")
-    openai_port: int = Field(default=0, ge=0, le=65535, description="0 = pick a free port (reported in events)")
-    session_ttl_seconds: float = Field(default=3600.0, gt=0, description="sessions without feedback expire")
-    # bench mode (trinity.explorer.bench): where the JSON report goes; "" = <checkpoint_dir or cwd>/bench_report.json
-    bench_output: str = ""
-
-
-class OptimizerSection(_Section):
-    lr: float = Field(default=1e-6, gt=0)
-    weight_decay: float = Field(default=0.01, ge=0)
-    schedule: Literal["constant", "warmup", "cosine"] = "constant"
-    warmup_steps: int = Field(default=0, ge=0)
-    min_lr_ratio: float = Field(default=0.0, ge=0, le=1)
-    max_grad_norm: float | None = Field(default=1.0, gt=0)
-
-
-class TrainerConfig(_Section):
-    backend: Literal["torch", "megatron"] = "torch"
-    optimizer: OptimizerSection = OptimizerSection()
-    micro_batch_tokens: int = Field(default=8192, gt=0)
-    share_prompts: bool = Field(
-        default=True, description="torch backend: samples with the same prompt share one row (prompt computed once)"
-    )
-    mini_batch_size: int | None = Field(default=None, gt=0)
-    ppo_epochs: int = Field(default=1, gt=0)
-    save_interval: int = Field(default=0, ge=0)
-    lora_rank: int = Field(default=0, ge=0, description="0 = full fine-tuning")
-    gradient_checkpointing: bool = False
-    autocast: Literal["none", "bfloat16"] = Field(
-        default="none", description="bf16 matmuls over fp32 weights (about 2x faster on CPUs with AVX-512 BF16 or AMX)"
-    )
-    tensor_parallel_size: int = Field(default=1, ge=1)
-    pipeline_parallel_size: int = Field(default=1, ge=1)
-    threads: int = Field(default=0, ge=0, description="torch threads; 0 = decided by the launcher")
-
-
-class SynchronizerConfig(_Section):
-    method: Literal["auto", "nccl", "gloo", "checkpoint"] = "auto"
-    sync_interval: int = Field(default=1, ge=1, description="publish weights every N train steps")
-    sync_offset: int = Field(default=0, ge=0, description="explorer may run this many steps ahead")
-    max_staleness: int | None = Field(
-        default=None, ge=0, description="async mode: train on experiences at most this many versions old"
-    )
-    timeout_seconds: float = Field(default=600.0, gt=0)
-    bucket_mb: float = Field(default=64.0, gt=0)
-
-
 class MonitorConfig(_Section):
     tensorboard: bool = True
     mlflow: bool = False
@@ -190,7 +65,7 @@ class RunConfig(_Section):
     algorithm: AlgorithmConfig = AlgorithmConfig()
     buffer: BufferConfig = BufferConfig()
     explorer: ExplorerConfig = ExplorerConfig()
-    trainer: TrainerConfig = TrainerConfig()
+    trainer: TrainerConfig = TorchTrainerConfig()
     synchronizer: SynchronizerConfig = SynchronizerConfig()
     monitor: MonitorConfig = MonitorConfig()
     stages: tuple[dict[str, Any], ...] = Field(

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import grpc
 
 from trinity.clients import BufferClient
-from trinity.config import RunConfig, StreamConfig, TaskSetConfig, naming, parse_run_config
+from trinity.config import RunConfig, naming, parse_run_config
 from trinity.config.errors import ConfigError
 from trinity.gateway.registry import InstanceRegistry
 from trinity.gateway.runs import TERMINAL, RunStore
@@ -20,7 +20,7 @@ from trinity.gateway.sync_groups import SyncGroups
 from trinity.runtime.client import open_channel
 from trinity.runtime.errors import FailedPrecondition, InvalidArgument
 from trinity.runtime.logging import get_logger
-from trinity.v1 import buffer_pb2, common_pb2, explorer_pb2, explorer_pb2_grpc, gateway_pb2, trainer_pb2_grpc
+from trinity.v1 import common_pb2, explorer_pb2, explorer_pb2_grpc, gateway_pb2, trainer_pb2_grpc
 
 log = get_logger(__name__)
 
@@ -34,10 +34,6 @@ def roles_for(config: RunConfig) -> dict[str, int]:
     explorers = config.explorer.num_workers if config.mode in ("both", "explore", "bench", "serve") else 0
     trainers = 1 if config.mode in ("both", "train") else 0
     return {ROLE_EXPLORER: explorers, ROLE_TRAINER: trainers}
-
-
-def taskset_config(section) -> TaskSetConfig:
-    return TaskSetConfig(**section.model_dump())
 
 
 class Orchestrator:
@@ -188,23 +184,15 @@ class Orchestrator:
     def _prepare_buffer(self, run_id: str, stage: int, config: RunConfig, address: str) -> None:
         with BufferClient(address, timeout=600) as buffer:
             stream = config.buffer.experience_stream
-            buffer.create_stream(
-                StreamConfig(
-                    name=naming.experience_stream(run_id, stage, stream.name),
-                    operators=stream.operators,
-                    max_deliveries=stream.max_deliveries,
-                    claim_idle_ms=stream.claim_idle_ms,
-                    priority_replay=stream.priority_replay,
-                ),
-                exist_ok=True,
-            )
+            stream_name = naming.experience_stream(run_id, stage, stream.name)
+            buffer.create_stream(stream.model_copy(update={"name": stream_name}), exist_ok=True)
             if config.buffer.taskset is not None:
                 section = config.buffer.taskset
-                spec = taskset_config(section).model_copy(update={"name": naming.taskset(run_id, stage, section.name)})
+                spec = section.model_copy(update={"name": naming.taskset(run_id, stage, section.name)})
                 buffer.create_taskset(spec, replace=False)
             for section in config.buffer.eval_tasksets:
                 # Evaluation walks the whole set in order, once per evaluation: an endless sequential set.
-                spec = taskset_config(section).model_copy(
+                spec = section.model_copy(
                     update={
                         "name": naming.taskset(run_id, stage, section.name),
                         "epochs": EVAL_EPOCHS,
@@ -219,21 +207,7 @@ class Orchestrator:
                     if config.algorithm.algorithm_type == "dpo"
                     else common_pb2.EXPERIENCE_KIND_SFT
                 )
-                reply = buffer.load_offline(
-                    buffer_pb2.LoadOfflineDataRequest(
-                        stream=naming.experience_stream(run_id, stage, stream.name),
-                        path=offline.path,
-                        format=offline.format,
-                        kind=kind,
-                        split=offline.split,
-                        prompt_key=offline.prompt_key,
-                        response_key=offline.response_key,
-                        messages_key=offline.messages_key,
-                        chosen_key=offline.chosen_key,
-                        rejected_key=offline.rejected_key,
-                        limit=offline.limit,
-                    )
-                )
+                reply = buffer.load_offline(stream_name, offline, kind)
                 self.event(run_id, "log", message=f"loaded {reply.loaded} offline samples ({reply.skipped} skipped)")
 
     def _start_on(self, run: gateway_pb2.Run, instance: gateway_pb2.Instance, buffer_address: str) -> None:

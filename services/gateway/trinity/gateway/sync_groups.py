@@ -7,16 +7,21 @@ membership (a member died, an update failed) closes the generation; the next ope
 
 from __future__ import annotations
 
+from typing import get_args
+
 import redis
 
+from trinity.config.sync import SyncMethod
 from trinity.gateway import keys
 from trinity.runtime.errors import FailedPrecondition, InvalidArgument, NotFound
 from trinity.v1 import gateway_pb2
 
+METHODS: tuple[str, ...] = get_args(SyncMethod)
+
 
 def choose_backend(requested: str, members_have_gpu: list[bool]) -> str:
     """`auto` means NCCL only when every member has a GPU, gloo otherwise."""
-    if requested in ("", "auto"):
+    if requested == "auto":
         return "nccl" if members_have_gpu and all(members_have_gpu) else "gloo"
     if requested == "nccl" and not all(members_have_gpu):
         raise InvalidArgument("synchronizer.method", "nccl needs a GPU on every member; use auto, gloo or checkpoint")
@@ -39,23 +44,29 @@ class SyncGroups:
     def open(self, request: gateway_pb2.OpenSyncGroupRequest) -> gateway_pb2.SyncGroup:
         if request.explorer_workers < 1:
             raise InvalidArgument("explorer_workers", "must be >= 1")
+        if request.backend not in METHODS:
+            raise InvalidArgument("backend", f"must be one of {', '.join(METHODS)} (synchronizer.method)")
         if request.backend != "checkpoint" and not (request.host and request.port > 0):
             raise InvalidArgument("port", "the trainer must reserve a rendezvous host and port first")
+        # The trainer sends its synchronizer section; the defaults live there, not here.
+        for field in ("timeout_seconds", "bucket_mb"):
+            if getattr(request, field) <= 0:
+                raise InvalidArgument(field, f"must be > 0 (synchronizer.{field})")
         with self.client.lock(keys.lock(request.run_id), timeout=10, blocking_timeout=10):
             raw = self.client.get(keys.sync_group(request.run_id))
             generation = gateway_pb2.SyncGroup.FromString(raw).generation + 1 if raw else 1
             group = gateway_pb2.SyncGroup(
                 run_id=request.run_id,
                 generation=generation,
-                backend=request.backend or "auto",
+                backend=request.backend,
                 host=request.host,
                 port=request.port,
                 world_size=request.explorer_workers + 1,
                 members=[gateway_pb2.SyncMember(instance_id=request.instance_id, rank=0, has_gpu=request.has_gpu)],
                 announced_version=-1,
                 checkpoint_dir=request.checkpoint_dir,
-                timeout_seconds=request.timeout_seconds or 600.0,
-                bucket_mb=request.bucket_mb or 64.0,
+                timeout_seconds=request.timeout_seconds,
+                bucket_mb=request.bucket_mb,
             )
             self._save(group)
             return group

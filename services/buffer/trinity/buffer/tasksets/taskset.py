@@ -144,7 +144,6 @@ class TaskSet:
             index=index,
             epoch=position // self.size,
             answer="" if answer is None else _as_text(answer),
-            workflow=self.config.workflow,
             reward_fn=self.config.reward_fn,
             lease_deadline_ms=deadline_ms,
             lease_id=str(position),

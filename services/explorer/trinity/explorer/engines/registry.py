@@ -5,17 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from trinity.explorer.engines.base import Engine
-from trinity.explorer.registry import Registry
+from trinity.registry import Registry
 
 ENGINES: Registry[type[Engine]] = Registry("engine")
 
 
 def create_engine(name: str, **config: Any) -> Engine:
-    """Build the engine registered as `name` with its config fields as keyword arguments."""
-    _import_builtins()
+    """Build the engine registered as `name` with its config fields as keyword arguments.
+
+    Each engine's module is imported on first use, so vLLM is imported only when its engine is built.
+    """
     return ENGINES.get(name)(**config)
-
-
-def _import_builtins() -> None:
-    # Imported on demand: each module registers itself, and vLLM is only imported when its engine is built.
-    from trinity.explorer.engines import hf_engine, scripted, vllm_engine  # noqa: F401

@@ -1,6 +1,5 @@
 """Reward functions by registry name; `get_reward` also accepts `composite:a=w,b=w` specs."""
 
-from trinity.explorer.rewards import countdown, format, math  # noqa: F401 - registers the built-ins
 from trinity.explorer.rewards.base import REWARDS, RewardFn, RewardOutcome, evaluate_reward
 from trinity.explorer.rewards.composite import COMPOSITE_PREFIX, composite_reward, parse_composite
 

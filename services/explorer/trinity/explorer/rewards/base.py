@@ -11,12 +11,12 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from trinity.explorer.registry import Registry
+from trinity.registry import Registry
 from trinity.v1 import common_pb2
 
 RewardFn = Callable[[str, common_pb2.Task], "float | dict[str, float]"]
 
-REWARDS: Registry[RewardFn] = Registry("reward function")
+REWARDS: Registry[RewardFn] = Registry("reward")
 
 
 @dataclass

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from trinity.explorer.rewards import format as _format  # noqa: F401 - registers the parts below
-from trinity.explorer.rewards import math as _math  # noqa: F401
 from trinity.explorer.rewards.base import REWARDS, RewardFn, _to_outcome
 from trinity.v1 import common_pb2
 

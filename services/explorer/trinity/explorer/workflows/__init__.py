@@ -2,7 +2,6 @@
 
 from typing import Any
 
-from trinity.explorer.workflows import frozen_lake, multi_step, multi_turn, single_turn  # noqa: F401 - registers
 from trinity.explorer.workflows.base import WORKFLOWS, RolloutSettings, Workflow, new_experience, score
 from trinity.explorer.workflows.multi_step import (
     STEP_ENVIRONMENTS,

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from trinity.explorer.engines.base import Engine, SamplingSettings
-from trinity.explorer.registry import Registry
 from trinity.explorer.rewards import RewardFn, evaluate_reward, get_reward
+from trinity.registry import Registry
 from trinity.v1 import common_pb2
 
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trinity.explorer.engines.base import Engine, GenerationRequest, GenerationResult
-from trinity.explorer.registry import Registry
 from trinity.explorer.workflows.base import WORKFLOWS, RolloutSettings, Workflow, new_experience, new_id
+from trinity.registry import Registry
 from trinity.v1 import common_pb2
 
 
@@ -53,7 +53,7 @@ class StepEnvironment(ABC):
 
 
 StepEnvironmentFactory = Callable[[common_pb2.Task], StepEnvironment]
-STEP_ENVIRONMENTS: Registry[StepEnvironmentFactory] = Registry("step environment")
+STEP_ENVIRONMENTS: Registry[StepEnvironmentFactory] = Registry("step_environment")
 
 
 @dataclass

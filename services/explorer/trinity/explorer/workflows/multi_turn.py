@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trinity.explorer.engines.base import Engine, GenerationRequest
-from trinity.explorer.registry import Registry
 from trinity.explorer.rewards.math import extract_last_number
 from trinity.explorer.workflows.base import (
     WORKFLOWS,
@@ -25,6 +24,7 @@ from trinity.explorer.workflows.base import (
     score,
     task_messages,
 )
+from trinity.registry import Registry
 from trinity.v1 import common_pb2
 
 
@@ -47,7 +47,7 @@ class ChatEnvironment(ABC):
 
 
 ChatEnvironmentFactory = Callable[[common_pb2.Task], ChatEnvironment]
-CHAT_ENVIRONMENTS: Registry[ChatEnvironmentFactory] = Registry("chat environment")
+CHAT_ENVIRONMENTS: Registry[ChatEnvironmentFactory] = Registry("chat_environment")
 
 
 @CHAT_ENVIRONMENTS.register("guess_number")

@@ -1,0 +1,30 @@
+"""The synchronizer section of the run config: how and how often weights go from trainer to explorers."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from trinity.config.base import _Section
+
+SyncMethod = Literal["auto", "nccl", "gloo", "checkpoint"]
+
+
+class SynchronizerConfig(_Section):
+    """One shape for every method (`checkpoint` only ignores `bucket_mb`), so no union on `method`."""
+
+    method: SyncMethod = Field(
+        default="auto", description="weight transport; auto = nccl when every member has a GPU, else gloo"
+    )
+    sync_interval: int = Field(default=1, ge=1, description="publish weights every N train steps")
+    sync_offset: int = Field(default=0, ge=0, description="explorer may run this many steps ahead")
+    max_staleness: int | None = Field(
+        default=None, ge=0, description="async mode: train on experiences at most this many versions old"
+    )
+    timeout_seconds: float = Field(
+        default=600.0,
+        gt=0,
+        description="bound on forming the sync group, on each update, on the wait for the last weights",
+    )
+    bucket_mb: float = Field(default=64.0, gt=0, description="nccl / gloo: MiB per broadcast")

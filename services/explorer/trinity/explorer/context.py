@@ -1,0 +1,202 @@
+"""What every explorer mode shares: the run, its config, the engine, the Buffer and Gateway clients,
+the weight feed and the stop signal, behind public methods.
+
+The modes (`rollout`, `bench`, `serve`) are peers built on this object; none imports another, and
+none reaches into the runner that hosts them. Version discipline: new weights are staged by the
+weight feed and swapped in only between engine calls (`apply_staged_weights`), so a batch never
+mixes versions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from functools import cached_property
+
+from trinity.clients import BufferClient, GatewayClient
+from trinity.clients.gateway import RunReporter
+from trinity.config import RunConfig, naming
+from trinity.explorer.engines.base import Engine, SamplingSettings
+from trinity.explorer.weight_feed import WeightFeed
+from trinity.explorer.workflows import create_workflow
+from trinity.explorer.workflows.base import RolloutSettings, Workflow
+from trinity.models.digest import weights_digest
+from trinity.runtime.run_host import ReportingRunner
+from trinity.v1 import gateway_pb2
+
+RUN_OVER = (gateway_pb2.RUN_STATE_SUCCEEDED, gateway_pb2.RUN_STATE_FAILED, gateway_pb2.RUN_STATE_CANCELLED)
+STAGED_POLL_S = 0.05
+
+EngineFailure = Callable[[str], None]
+
+
+@contextlib.contextmanager
+def engine_guard(on_failure: EngineFailure | None) -> Iterator[None]:
+    """An engine that fails to load or generate takes the service out of rotation (health
+    NOT_SERVING) instead of leaving it up and useless."""
+    try:
+        yield
+    except Exception as err:
+        if on_failure is not None:
+            on_failure(f"{type(err).__name__}: {err}")
+        raise
+
+
+def required_version(step: int, sync_interval: int, sync_offset: int) -> int:
+    """The oldest weight version explore step `step` may use."""
+    return max(0, ((step - sync_offset) // sync_interval) * sync_interval)
+
+
+class ExplorerContext(ReportingRunner):
+    """One explorer's share of a run, handed to the mode that runs it."""
+
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        stage: int,
+        config: RunConfig,
+        instance_id: str,
+        engine: Engine,
+        buffer: BufferClient,
+        gateway: GatewayClient,
+        reporter: RunReporter,
+        stop: threading.Event,
+        on_engine_failure: EngineFailure | None = None,
+    ) -> None:
+        self.run_id = run_id
+        self.stage = stage
+        self.config = config
+        self.instance_id = instance_id
+        self.engine = engine
+        self.buffer = buffer
+        self.gateway = gateway
+        self.reporter = reporter
+        self._stop = stop
+        self.on_engine_failure = on_engine_failure
+        self.feed: WeightFeed | None = None
+        self.step = 0  # explore steps done (serve mode: feedback puts)
+        self.openai_url = ""  # serve mode: the bound OpenAI endpoint while it runs
+
+    # ---- the run ----------------------------------------------------------------------------------------
+
+    @property
+    def model_version(self) -> int:
+        return self.engine.model_version
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to `seconds`; True when the run was stopped meanwhile."""
+        return self._stop.wait(seconds)
+
+    def report(self, kind: str, *, step: int | None = None, message: str = "", metrics: dict | None = None) -> None:
+        """An event in the run's log (step defaults to the current one); a run over elsewhere stops this one."""
+        self._report(kind, step=step, message=message, metrics=metrics)
+
+    def taskset(self, name: str) -> str:
+        """The Buffer name of the run's task set `name` (as the config names it)."""
+        return naming.taskset(self.run_id, self.stage, name)
+
+    def experience_stream(self) -> str:
+        return naming.experience_stream(self.run_id, self.stage, self.config.buffer.experience_stream.name)
+
+    # ---- rollouts ---------------------------------------------------------------------------------------
+
+    @cached_property
+    def workflow(self) -> Workflow:
+        return create_workflow(self.config.explorer.workflow, **self.config.explorer.workflow_options)
+
+    def rollout_settings(self, temperature: float, repeat_times: int) -> RolloutSettings:
+        explorer = self.config.explorer
+        sampling = SamplingSettings(
+            temperature=temperature,
+            top_p=explorer.top_p,
+            top_k=explorer.top_k,
+            max_tokens=self.config.model.max_response_tokens,
+            stop=tuple(explorer.stop),
+        )
+        return RolloutSettings(
+            repeat_times=repeat_times,
+            sampling=sampling,
+            reward_timeout_s=explorer.reward_timeout_seconds,
+            run_id=self.run_id,
+        )
+
+    def engine_guard(self) -> contextlib.AbstractContextManager[None]:
+        return engine_guard(self.on_engine_failure)
+
+    # ---- weights ----------------------------------------------------------------------------------------
+
+    def start_weight_feed(self) -> None:
+        """Join the run's sync group in the background; versions are staged until applied."""
+        self.feed = WeightFeed(self.gateway, self.run_id, self.instance_id)
+        self.feed.start()
+
+    def apply_staged_weights(self, wait_s: float = 0.0) -> None:
+        """Swap in the newest staged version, waiting up to `wait_s` for one; reports a `weights` event."""
+        if self.feed is None:
+            return
+        deadline = time.monotonic() + wait_s
+        while True:
+            staged = self.feed.take()
+            if staged is not None:
+                version, tensors = staged
+                started = time.perf_counter()
+                self.engine.load_weights(version, tensors)
+                self.report(
+                    "weights",
+                    message=f"serving version {version}",
+                    metrics={
+                        "load_seconds": time.perf_counter() - started,
+                        "weights_digest": float(weights_digest(tensors)),
+                        "version": float(version),
+                    },
+                )
+                return
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(STAGED_POLL_S)
+
+    def wait_for_weights(self, step: int) -> bool:
+        """Swap in staged weights; block until the version explore step `step` needs has arrived.
+
+        False when the run stopped first. Without a weight feed (mode `explore`) any version serves.
+        """
+        sync = self.config.synchronizer
+        needed = required_version(step, sync.sync_interval, sync.sync_offset) if self.feed is not None else 0
+        while True:
+            self.apply_staged_weights()
+            if self.model_version >= needed:
+                return True
+            if self.stopped:
+                return False
+            if self.feed is not None and self.feed.error is not None:
+                raise RuntimeError(f"weight sync failed: {self.feed.error}")
+            self.wait(STAGED_POLL_S)
+
+    def wait_for_final_weights(self) -> None:
+        """Evaluate what training produced: wait (bounded) for the trainer's last published version."""
+        if self.feed is None:
+            return
+        sync = self.config.synchronizer
+        final = (self.config.buffer.total_steps // sync.sync_interval) * sync.sync_interval
+        deadline = time.monotonic() + sync.timeout_seconds
+        while self.model_version < final and time.monotonic() < deadline:
+            if self.feed.error is not None:
+                return
+            try:
+                if self.gateway.get_run(self.run_id).state in RUN_OVER:
+                    return
+            except Exception:  # noqa: BLE001 - a gateway hiccup only shortens the wait
+                return
+            self.apply_staged_weights(wait_s=1.0)
+
+    def close(self) -> None:
+        if self.feed is not None:
+            self.feed.close()
+        self.engine.close()
