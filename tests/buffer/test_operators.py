@@ -7,16 +7,8 @@ import math
 import pytest
 
 from tests.buffer.helpers import experience
-from trinity.buffer.operators import OperatorContext, apply_operators, known_operators
+from trinity.buffer.operators import OPERATORS, OperatorContext, apply_operators
 from trinity.config import OperatorConfig
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.reports: dict[str, dict[str, tuple[float, int]]] = {}
-
-    def report_pass_rates(self, taskset, rates):
-        self.reports[taskset] = rates
 
 
 def _run(ops, exps, ctx=None):
@@ -57,18 +49,6 @@ def test_reward_shaping_is_a_linear_combination_of_components():
     assert shaped.reward_components["raw_reward"] == 1.0
 
 
-def test_pass_rate_reports_per_task_share_of_passing_samples():
-    sink = Sink()
-    exps = [
-        *[experience(taskset="math", task_id="math/0", reward=r) for r in (1.0, 0.0, 1.0, 1.0)],
-        *[experience(taskset="math", task_id="math/1", reward=r) for r in (0.0, 0.0)],
-        experience(taskset="math", task_id="math/1", failed=True, reward=1.0),  # failed: not a sample
-    ]
-    out = _run([{"name": "pass_rate", "params": {"threshold": 1.0}}], exps, OperatorContext(pass_rates=sink))
-    assert len(out.kept) == len(exps)
-    assert sink.reports == {"math": {"math/0": (0.75, 4), "math/1": (0.0, 2)}}
-
-
 def test_operators_run_in_order():
     exps = [experience(group_id="g", reward=r, components={"bonus": b}) for r, b in ((1.0, 0.0), (1.0, 1.0))]
     # Equal rewards: std filter alone would drop the group; shaping first makes them differ.
@@ -79,10 +59,9 @@ def test_operators_run_in_order():
 
 
 def test_registry_lists_the_builtins():
-    assert set(known_operators()) >= {
+    assert set(OPERATORS.names()) >= {
         "reward_filter",
         "reward_std_filter",
         "invalid_reward_filter",
         "reward_shaping",
-        "pass_rate",
     }

@@ -1,21 +1,18 @@
-"""docker-compose.yml (and the GPU override) validate against the Compose specification's JSON schema,
-and keep the promises deploy/README.md makes: AOF Redis, health-gated start order, the quickstart profile."""
+"""docker-compose.yml (and the GPU override) as Docker Compose resolves them: accepted by the compose CLI,
+valid against the Compose specification's JSON schema, and keeping the promises deploy/README.md makes:
+AOF Redis, health-gated start order, ports on loopback, task data for the buffer, the quickstart profile."""
 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from importlib import resources
-from pathlib import Path
 
 import pytest
-import yaml
 
-from trinity.cli.stack.compose import interpolate, load_compose, merge, read_yaml
+from tests.deploy.compose import BASE, GPU, ROOT, compose_command, mounts, published, resolved
 
-ROOT = Path(__file__).resolve().parents[2]
-FILES = {"base": [ROOT / "docker-compose.yml"], "gpu": [ROOT / "docker-compose.yml", ROOT / "docker-compose.gpu.yml"]}
+TRINITY = ("gateway", "buffer", "explorer", "trainer")
 
 
 @pytest.fixture(scope="module")
@@ -25,77 +22,80 @@ def compose_schema() -> dict:
     return json.loads(schema_dir.joinpath("compose-spec.json").read_text())
 
 
-@pytest.mark.parametrize("variant", sorted(FILES))
-def test_the_compose_files_validate_against_the_compose_specification(compose_schema, variant):
+@pytest.mark.parametrize("files", [BASE, GPU], ids=["base", "gpu"])
+def test_the_resolved_files_validate_against_the_compose_specification(compose_schema, files):
     import jsonschema
 
-    model: dict = {}
-    for path in FILES[variant]:
-        model = merge(model, interpolate(yaml.safe_load(path.read_text()), {}))
+    model = resolved(files)
     errors = sorted(jsonschema.validators.validator_for(compose_schema)(compose_schema).iter_errors(model), key=str)
     assert not errors, "\n".join(f"{list(e.absolute_path)}: {e.message}" for e in errors)
 
 
-def test_the_schema_check_rejects_a_misspelt_key(compose_schema):
-    import jsonschema
-
-    model = interpolate(read_yaml(ROOT / "docker-compose.yml"), {})
-    model["services"]["buffer"]["enviroment"] = {"TRINITY_PORT": "1"}
-    assert list(jsonschema.validators.validator_for(compose_schema)(compose_schema).iter_errors(model))
-
-
-@pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose is not installed here")
-def test_docker_compose_config_accepts_the_files():
-    args = ["docker-compose", *[a for p in FILES["gpu"] for a in ("-f", str(p))], "config", "--quiet"]
-    done = subprocess.run(args, capture_output=True, text=True, cwd=ROOT)
-    assert done.returncode == 0, done.stderr
+def test_the_compose_cli_rejects_a_misspelt_key(tmp_path):
+    broken = tmp_path / "docker-compose.yml"
+    broken.write_text((ROOT / "docker-compose.yml").read_text().replace("    environment:\n", "    enviroment:\n", 1))
+    done = subprocess.run([*compose_command(), "-f", str(broken), "config", "--quiet"], capture_output=True, text=True)
+    assert done.returncode != 0 and "enviroment" in done.stderr
 
 
 def test_redis_keeps_an_append_only_file_on_a_named_volume():
-    redis = load_compose(FILES["base"], {})["services"]["redis"]
+    redis = resolved(BASE)["services"]["redis"]
     assert redis["command"][redis["command"].index("--appendonly") + 1] == "yes"
-    assert "redis-data:/data" in redis["volumes"]
+    assert ("redis-data", "/data") in {(m.source, m.target) for m in mounts(redis)}
 
 
 def test_gateway_and_buffer_keep_their_state_in_the_shared_redis():
-    services = load_compose(FILES["base"], {})["services"]
+    services = resolved(BASE)["services"]
     for name in ("gateway", "buffer"):
         assert services[name]["environment"]["TRINITY_REDIS_URL"] == "redis://redis:6379/0"
         assert services[name]["depends_on"]["redis"] == {"condition": "service_healthy"}
 
 
-def test_every_trinity_service_shares_the_data_volume_and_uses_environment_config():
-    services = load_compose(FILES["base"], {})["services"]
-    for name in ("gateway", "buffer", "explorer", "trainer"):
-        assert "trinity-data:/data" in services[name]["volumes"], name
+def test_every_trinity_service_shares_the_data_volume_restarts_and_uses_environment_config():
+    services = resolved(BASE)["services"]
+    for name in TRINITY:
+        assert ("trinity-data", "/data") in {(m.source, m.target) for m in mounts(services[name])}, name
         assert services[name]["healthcheck"]["test"] == ["CMD", "python", "-m", "trinity.runtime.healthcheck"]
-        assert "command" not in services[name], f"{name} runs the image's `trinity serve {name}` entrypoint"
+        assert services[name]["restart"] == "unless-stopped", name
+        assert "command" not in services[name], f"{name} runs the image's `trinity-serve {name}` entrypoint"
+
+
+def test_the_buffer_reads_task_data_from_the_examples_folder():
+    buffer = resolved(BASE)["services"]["buffer"]
+    assert (str(ROOT / "examples"), "/examples") in {(m.source, m.target) for m in mounts(buffer)}
+
+
+def test_ports_are_published_on_loopback_unless_the_user_says_otherwise():
+    for env, host in (({}, "127.0.0.1"), ({"TRINITY_PUBLISH_HOST": "0.0.0.0"}, "0.0.0.0")):
+        services = resolved(BASE, env)["services"]
+        ips = {ip for name in TRINITY for ip, _, _ in published(services[name])}
+        assert ips == {host}, env
 
 
 def test_the_environment_drives_ports_token_and_images():
     env = {"TRINITY_GATEWAY_PORT": "6000", "TRINITY_AUTH_TOKEN": "t", "TRINITY_FLAVOR": "cuda"}
-    services = load_compose(FILES["base"], env)["services"]
-    assert "6000:50051" in services["gateway"]["ports"]
+    services = resolved(BASE, env)["services"]
+    assert ("127.0.0.1", "6000", 50051) in published(services["gateway"])
     assert services["buffer"]["environment"]["TRINITY_AUTH_TOKEN"] == "t"
     assert services["explorer"]["image"] == "trinity/explorer:0.1.0-cuda"
     assert services["explorer"]["build"]["args"]["FLAVOR"] == "cuda"
 
 
-def test_the_quickstart_profile_submits_through_the_gateway():
-    quickstart = load_compose(FILES["base"], {})["services"]["quickstart"]
+def test_the_quickstart_profile_submits_through_the_gateway_and_follows_the_run():
+    quickstart = resolved(BASE)["services"]["quickstart"]
     assert quickstart["profiles"] == ["quickstart"]
-    assert quickstart["entrypoint"] == ["trinity"]
+    assert quickstart["build"]["dockerfile"] == "cli/Dockerfile"  # the `trinity` command's image
     assert quickstart["command"] == [
-        "submit", "--gateway", "gateway:50051", "--config", "/examples/quickstart/config.yaml",
+        "submit", "--gateway", "gateway:50051", "--config", "/examples/quickstart/config.yaml", "--follow",
     ]  # fmt: skip
-    assert set(quickstart["depends_on"]) == {"gateway", "buffer", "explorer", "trainer"}
+    assert set(quickstart["depends_on"]) == set(TRINITY)
 
 
 def test_the_gpu_override_reserves_gpus_and_switches_to_cuda_images():
-    services = load_compose(FILES["gpu"], {})["services"]
+    services = resolved(GPU)["services"]
     for name in ("explorer", "trainer"):
         (device,) = services[name]["deploy"]["resources"]["reservations"]["devices"]
-        assert (device["driver"], device["count"], device["capabilities"]) == ("nvidia", "1", ["gpu"])
+        assert (device["driver"], str(device["count"]), device["capabilities"]) == ("nvidia", "1", ["gpu"])
         assert services[name]["build"]["args"]["FLAVOR"] == "cuda"
         assert services[name]["image"].endswith("-cuda")
         assert services[name]["environment"]["TRINITY_PORT"]  # the override merged, not replaced

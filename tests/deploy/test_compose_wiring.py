@@ -13,22 +13,22 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.buffer.helpers import experience
 from tests.conftest import ServiceProcess
 from tests.deploy import dockerfile
+from tests.deploy.compose import BASE, container_ports, mounts, resolved, start_order
 from tests.e2e.conftest import tiny_config
 from trinity.clients import BufferClient
 from trinity.config import StreamConfig
 from trinity.runtime.client import open_channel
 from trinity.runtime.redis_server import RedisServer, free_port, start_redis_server
 from trinity.sdk import TrinityClient
-from trinity.cli.stack.plan import ServicePlan, StackPlan, load_plan
 from trinity.v1 import common_pb2, explorer_pb2_grpc, gateway_pb2, gateway_pb2_grpc, trainer_pb2_grpc
 
-ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "compose-wiring-token"  # set through ${TRINITY_AUTH_TOKEN}: proves the variable reaches every service
 STATUS_STUBS = {
     "gateway": gateway_pb2_grpc.GatewayServiceStub,
@@ -41,80 +41,82 @@ _ADDRESS = re.compile(r"(?P<host>[A-Za-z][A-Za-z0-9_.-]*):(?P<port>\d+)")
 class Loopback:
     """Compose's network on one host: (service, container port) -> a free local port."""
 
-    def __init__(self, plan: StackPlan, data_root: Path) -> None:
-        self.plan = plan
+    def __init__(self, services: dict[str, dict[str, Any]], data_root: Path) -> None:
+        self.services = services
         self.ports: dict[tuple[str, int], int] = {}
         self.data_root = data_root
-        for service in plan.services:
-            env = self.image_env(service) | service.environment
+        for name, service in services.items():
+            env = self.image_env(service) | service.get("environment", {})
             for key in ("TRINITY_PORT", "TRINITY_METRICS_PORT"):
                 if env.get(key, "0") not in ("0", "-1"):
-                    self.ports[(service.name, int(env[key]))] = free_port()
-            for mapping in service.ports:
-                assert (service.name, mapping.container_port) in self.ports, (
-                    f"{service.name} publishes container port {mapping.container_port}, "
+                    self.ports[(name, int(env[key]))] = free_port()
+            for port in container_ports(service):
+                assert (name, port) in self.ports, (
+                    f"{name} publishes container port {port}, "
                     f"which neither TRINITY_PORT nor TRINITY_METRICS_PORT makes it listen on"
                 )
 
     @staticmethod
-    def image_env(service: ServicePlan) -> dict[str, str]:
-        if service.build is None:
+    def image_env(service: dict[str, Any]) -> dict[str, str]:
+        if "build" not in service:
             return {}
-        runtime = dockerfile.parse(Path(service.build.context) / service.build.dockerfile)[-1]
+        runtime = dockerfile.parse(Path(service["build"]["context"]) / service["build"]["dockerfile"])[-1]
         return {k: v for k, v in runtime.env().items() if k != "PATH"}  # PATH is the venv's, here ours
 
     def rewrite(self, owner: str, key: str, value: str) -> str:
         if key in ("TRINITY_PORT", "TRINITY_METRICS_PORT") and value not in ("0", "-1"):
             return str(self.ports[(owner, int(value))])
         if key == "TRINITY_ADVERTISE_HOST":
-            assert value in {s.name for s in self.plan.services}, f"{owner} advertises {value}, not a service name"
+            assert value in self.services, f"{owner} advertises {value}, not a service name"
             return "127.0.0.1"
 
         def local(match: re.Match[str]) -> str:
             host, port = match["host"], int(match["port"])
-            if host not in {s.name for s in self.plan.services}:
+            if host not in self.services:
                 return match.group(0)
             if (host, port) not in self.ports:
                 pytest.fail(f"{owner}: {key}={value} names {host}:{port}, but {host} does not listen on {port}")
             return f"127.0.0.1:{self.ports[(host, port)]}"
 
         value = _ADDRESS.sub(local, value)
-        for mount in self.plan.service(owner).volumes:  # container paths -> the volume's local folder
+        for mount in mounts(self.services[owner]):  # container paths -> the volume's local folder
             if value == mount.target or value.startswith(mount.target + "/"):
                 value = str(self.data_root / mount.source) + value[len(mount.target) :]
         return value
 
-    def environment(self, service: ServicePlan) -> dict[str, str]:
+    def environment(self, name: str) -> dict[str, str]:
         base = {k: v for k, v in os.environ.items() if not k.startswith("TRINITY_")}
-        declared = self.image_env(service) | service.environment
-        return base | {key: self.rewrite(service.name, key, value) for key, value in declared.items()}
+        declared = self.image_env(self.services[name]) | self.services[name].get("environment", {})
+        return base | {key: self.rewrite(name, key, value) for key, value in declared.items()}
 
-    def argv(self, service: ServicePlan) -> list[str]:
-        assert service.build is not None, f"{service.name} has no build section"
-        runtime = dockerfile.parse(Path(service.build.context) / service.build.dockerfile)[-1]
-        entrypoint = list(service.entrypoint) if service.entrypoint is not None else runtime.exec_form("ENTRYPOINT")
-        command = list(service.command) if service.command is not None else []
-        argv = entrypoint + command
+    def argv(self, name: str) -> list[str]:
+        service = self.services[name]
+        assert "build" in service, f"{name} has no build section"
+        runtime = dockerfile.parse(Path(service["build"]["context"]) / service["build"]["dockerfile"])[-1]
+        entrypoint = list(service.get("entrypoint") or runtime.exec_form("ENTRYPOINT"))
+        argv = entrypoint + list(service.get("command") or [])
         modules = {"trinity": "trinity.cli", "trinity-serve": "trinity.runtime.serve"}  # the console scripts
-        assert argv[0] in modules, f"{service.name}: the entrypoint must be a trinity command, not {argv[0]}"
+        assert argv[0] in modules, f"{name}: the entrypoint must be a trinity command, not {argv[0]}"
         return [sys.executable, "-m", modules[argv[0]], *argv[1:]]
 
 
 class ComposeService(ServiceProcess):
     """ServiceProcess with compose's argv and environment; health comes from compose's own health check."""
 
-    def __init__(self, service: ServicePlan, loopback: Loopback) -> None:
-        env = loopback.environment(service)
-        super().__init__(service.name, port=int(env["TRINITY_PORT"]))
+    def __init__(self, name: str, loopback: Loopback) -> None:
+        env = loopback.environment(name)
+        super().__init__(name, port=int(env["TRINITY_PORT"]))
         self.env = env
-        self.argv = loopback.argv(service)
-        self.plan = service
+        self.argv = loopback.argv(name)
+        self.compose = loopback.services[name]
 
     def start(self, timeout: float = 90.0) -> ComposeService:
         log = self.log_path.open("wb")
         self.process = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT)
-        assert self.plan.healthcheck is not None, f"{self.service} has no healthcheck"
-        probe = self.plan.healthcheck.command
+        assert "healthcheck" in self.compose, f"{self.service} has no healthcheck"
+        test = self.compose["healthcheck"]["test"]
+        assert test[0] == "CMD", f"{self.service}: the health check must be the exec form"
+        probe = test[1:]
         probe = [sys.executable, *probe[1:]] if probe[0] == "python" else probe
         deadline = time.monotonic() + timeout
         while True:
@@ -130,23 +132,25 @@ class ComposeService(ServiceProcess):
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory) -> Iterator[tuple[Loopback, dict[str, ComposeService]]]:
-    plan = load_plan([ROOT / "docker-compose.yml"], env={"TRINITY_AUTH_TOKEN": TOKEN})
-    loopback = Loopback(plan, tmp_path_factory.mktemp("volumes"))
+    model = resolved(BASE, {"TRINITY_AUTH_TOKEN": TOKEN})
+    services = {name: s for name, s in model["services"].items() if "profiles" not in s}  # the default stack
+    loopback = Loopback(services, tmp_path_factory.mktemp("volumes"))
     redis: RedisServer | None = None
     started: dict[str, ComposeService] = {}
     try:
-        for service in plan.services:  # compose's start order: dependencies first
-            for dep, condition in service.depends_on.items():
-                assert dep == "redis" or dep in started, f"{service.name} starts before {dep}"
-                assert condition == "service_healthy", f"{service.name} waits for {dep} only to start"
-            if service.build is None:
-                assert service.name == "redis", f"unexpected non-Trinity service {service.name}"
-                command = list(service.command or ())
+        for name in start_order(services):
+            service = services[name]
+            for dep, condition in service.get("depends_on", {}).items():
+                assert dep == "redis" or dep in started, f"{name} starts before {dep}"
+                assert condition == {"condition": "service_healthy"}, f"{name} waits for {dep} only to start"
+            if "build" not in service:
+                assert name == "redis", f"unexpected non-Trinity service {name}"
+                command = list(service.get("command") or ())
                 redis_port = int(command[command.index("--port") + 1]) if "--port" in command else 6379
                 redis = start_redis_server(port=free_port())
                 loopback.ports[("redis", redis_port)] = int(redis.url.rsplit(":", 1)[1].split("/")[0])
                 continue
-            started[service.name] = ComposeService(service, loopback).start()
+            started[name] = ComposeService(name, loopback).start()
         yield loopback, started
     finally:
         for service in reversed(list(started.values())):
@@ -197,9 +201,9 @@ def test_a_short_run_through_the_sdk_succeeds(stack, tiny_model, tmp_path):
 def test_every_published_metrics_port_serves_prometheus(stack):
     loopback, started = stack
     for name, service in started.items():
-        for mapping in loopback.plan.service(name).ports:
-            if mapping.container_port == int(loopback.plan.service(name).environment["TRINITY_METRICS_PORT"]):
-                port = loopback.ports[(name, mapping.container_port)]
+        for target in container_ports(loopback.services[name]):
+            if target == int(loopback.services[name]["environment"]["TRINITY_METRICS_PORT"]):
+                port = loopback.ports[(name, target)]
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
                     assert reply.status == 200 and b"# TYPE" in reply.read(), name
         assert service.process is not None and service.process.poll() is None

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.deploy import dockerfile
-from trinity.cli.stack.plan import load_plan
+from tests.deploy.compose import BASE, resolved
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ["gateway", "buffer", "explorer", "trainer"]
@@ -55,9 +55,11 @@ def test_the_entrypoint_is_trinity_serve_of_that_service(name):
 
 @pytest.mark.parametrize("name", SERVICES)
 def test_an_image_copies_exactly_the_distributions_its_service_depends_on(name):
-    copied = {args.split()[0].rstrip("/") for args in _stages(name)[-2].all("COPY") if not args.startswith("--")}
+    copies = [args.split()[:-1] for args in _stages(name)[-2].all("COPY") if not args.startswith("--")]
+    copied = {source.rstrip("/") for sources in copies for source in sources}
     folders = set(_requirements(name, "cpu", "--local"))
-    assert copied - {"deploy/docker/requirements.py"} == folders | {f"{f}/pyproject.toml" for f in folders}
+    tools = {"constraints.txt", "deploy/docker/requirements.py"}
+    assert copied - tools == folders | {f"{f}/pyproject.toml" for f in folders}
     others = {f"services/{other}" for other in SERVICES if other != name}
     assert not folders & others and {"sdk", "cli"}.isdisjoint(folders)
 
@@ -86,8 +88,8 @@ def test_image_compose_and_kubernetes_agree_on_the_port(name):
     runtime = _stages(name)[-1]
     port = runtime.env()["TRINITY_PORT"]
     assert port in runtime.all("EXPOSE")[-1].split()
-    compose = load_plan([ROOT / "docker-compose.yml"], env={}).service(name)
-    assert compose.environment["TRINITY_PORT"] == port
+    compose = resolved(BASE)["services"][name]
+    assert compose["environment"]["TRINITY_PORT"] == port
     assert f"containerPort: {port}" in (ROOT / "deploy" / "k8s" / "base" / f"{name}.yaml").read_text()
 
 

@@ -1,4 +1,4 @@
-"""ExplorerRunner in `bench` and `serve` modes, against real Buffer and Gateway processes."""
+"""ExplorerRunner in `explore`, `bench` and `serve` modes, against real Buffer and Gateway processes."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import torch
 from tests.conftest import ServiceProcess
 from trinity.clients import BufferClient
 from trinity.config import RunConfig, StreamConfig, TaskSetConfig, naming
-from trinity.explorer.bench import k_values, pass_at_k
 from trinity.explorer.engines.base import Engine, GenerationRequest, Sample
 from trinity.explorer.engines.scripted import ScriptedEngine
 from trinity.explorer.runner import ExplorerRunner
+from trinity.v1 import explorer_pb2
 
 
 class Borrowed(Engine):
@@ -58,10 +58,34 @@ def _runner(config: RunConfig, run_id: str, buffer: Any, gateway: Any, engine: E
     )
 
 
-def test_pass_at_k_matches_the_closed_form() -> None:
-    assert pass_at_k(4, 1, 2) == pytest.approx(0.5)  # 1 - C(3,2)/C(4,2) = 1 - 3/6
-    assert pass_at_k(4, 0, 4) == 0.0 and pass_at_k(4, 3, 2) == 1.0 and pass_at_k(5, 2, 1) == pytest.approx(0.4)
-    assert k_values(4) == [1, 2, 4] and k_values(6) == [1, 2, 4, 6] and k_values(1) == [1]
+def test_explore_mode_puts_every_sample_and_completes_leases_with_pass_rates(
+    buffer_service: Any, gateway: Any, tiny_model_dir: Path, tokenizer: Any, tmp_path: Path, unique: str
+) -> None:
+    rows = [{"question": f"What is {i}+{i}?", "answer": str(2 * i)} for i in (1, 2)]
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    taskset = {"path": str(data), "prompt_key": "question", "reward_fn": "accuracy", "epochs": 2}
+    config = RunConfig.model_validate(
+        {
+            "mode": "explore",
+            "model": {"path": str(tiny_model_dir)},
+            "algorithm": {"repeat_times": 2},
+            "buffer": {"batch_size": 2, "total_steps": 1, "taskset": taskset},
+        }
+    )
+    name, stream = naming.taskset(unique, 0, "train"), naming.experience_stream(unique, 0)
+    with BufferClient(buffer_service.address) as buffer:
+        buffer.create_taskset(TaskSetConfig(name=name, **taskset))
+        buffer.create_stream(StreamConfig(name=stream))
+        engine = ScriptedEngine(tokenizer, lambda prompt: "2" if "1+1" in prompt else "0")  # right on row 0 only
+        runner = _runner(config, unique, buffer_service, gateway, engine)
+        runner.start()
+        runner.join(timeout=60)
+        assert runner.state == "finished" and runner.step == 1
+        assert len(buffer.read(stream, "reader", 10).experiences) == 2 * 2
+        # The next epoch's tasks carry the pass rates the explorer completed the first epoch with.
+        again = buffer.lease_tasks(name, "another-explorer", 2).tasks
+        assert {t.index: t.pass_rate for t in again} == {0: 1.0, 1: 0.0}
 
 
 def test_bench_mode_writes_the_report(
@@ -123,7 +147,7 @@ def test_serve_mode_records_calls_until_stopped(
             reply = http.post("v1/chat/completions", json=chat, headers={"X-Session-Id": "s"}).json()
             assert reply["usage"]["completion_tokens"] <= 8  # model.max_response_tokens is the default
             assert http.post("feedback", json={"session_id": "s", "reward": 1.0}).json()["accepted"] == 1
-        runner.stop("test over")
+        runner.stop(explorer_pb2.STOP_REASON_CANCELLED, "test over")
         runner.join(timeout=30)
         assert runner.state == "finished" and runner.openai_url == "" and runner.step == 1
         (exp,) = buffer.read(stream, "reader", 10).experiences

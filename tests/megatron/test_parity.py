@@ -16,28 +16,29 @@ from pathlib import Path
 
 import pytest
 import torch
-from megatron_helpers import random_rollouts
+from megatron_helpers import grpo_config, random_rollouts
 from safetensors.torch import load_file
 
+from trinity.config import RunConfig
 from trinity.trainer.batch import to_samples
-from trinity.trainer.config import TrainerSettings
-from trinity.trainer.megatron import MegatronBackend, MegatronSettings
+from trinity.trainer.megatron import MegatronBackend
 from trinity.trainer.torch_backend import TorchBackend
 
 LAYOUTS = {"tp1": (1, 1), "tp2": (2, 1), "pp2": (1, 2)}
 METRICS = ("loss/total", "pg_loss", "kl", "entropy", "grad_norm", "advantage/mean", "reward/mean", "lr")
 
 
-def _settings(model: Path) -> TrainerSettings:
-    return TrainerSettings(
-        model_path=str(model),
-        algorithm="grpo",
+def _config(model: Path, **trainer: object) -> RunConfig:
+    """The same run for both backends; `trainer` adds the backend and its parallel layout."""
+    return grpo_config(
+        model,
         kl_coef=0.1,
         entropy_coef=0.01,
+        seed=5,
         micro_batch_tokens=40,
         mini_batch_size=4,
         optimizer={"lr": 1e-3, "schedule": "warmup", "warmup_steps": 3},
-        seed=5,
+        **trainer,
     )
 
 
@@ -62,9 +63,9 @@ def _copy(weights: object) -> dict[str, torch.Tensor]:
 
 @pytest.fixture(scope="module")
 def reference(tiny_model: Path) -> Outcome:
-    backend = TorchBackend(_settings(tiny_model))
+    backend = TorchBackend(_config(tiny_model))
     seqs = [q for s in to_samples(BATCH_A, None) for q in s.sequences]
-    scores = backend.forward_rows(seqs, lambda mb: backend.token_logprobs(backend.policy, mb)[0])
+    scores = backend.forward_rows(seqs, "policy")
     initial = _copy(backend.named_weights())
     metrics = [backend.train_step(BATCH_A), backend.train_step(BATCH_B)]
     return Outcome(scores, initial, metrics, _copy(backend.named_weights()))
@@ -73,9 +74,8 @@ def reference(tiny_model: Path) -> Outcome:
 @pytest.fixture(scope="module", params=list(LAYOUTS))
 def megatron(request: pytest.FixtureRequest, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Outcome:
     tp, pp = LAYOUTS[request.param]
-    with MegatronBackend(
-        _settings(tiny_model), MegatronSettings(tensor_parallel_size=tp, pipeline_parallel_size=pp)
-    ) as backend:
+    config = _config(tiny_model, backend="megatron", tensor_parallel_size=tp, pipeline_parallel_size=pp)
+    with MegatronBackend(config) as backend:
         scores = backend.score(BATCH_A)
         initial = _copy(backend.named_weights())
         first = backend.train_step(BATCH_A)

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import torch
-from trainer_helpers import random_rollouts
+from trainer_helpers import random_rollouts, run_config
 
-from trinity.trainer import TrainerSettings, build_backend
+from trinity.trainer import build_backend
 from trinity.trainer.batch import collate, to_samples
 
 
 def _backend(tiny_model, autocast: str):
-    return build_backend(TrainerSettings(model_path=str(tiny_model), algorithm="grpo", autocast=autocast, seed=0))
+    return build_backend(run_config(tiny_model, "grpo", autocast=autocast))
 
 
 def test_bf16_log_probs_stay_close_to_fp32_and_weights_stay_fp32(tiny_model):
@@ -18,8 +18,8 @@ def test_bf16_log_probs_stay_close_to_fp32_and_weights_stay_fp32(tiny_model):
     samples = to_samples(random_rollouts(4, seed=7), fp32.tokenizer)
     batch = collate([s.chosen for s in samples], fp32.pad_id)
     with torch.no_grad():
-        exact, _ = fp32.token_logprobs(fp32.policy, batch)
-        mixed, _ = bf16.token_logprobs(bf16.policy, batch)
+        exact, _ = fp32.logprobs(batch)
+        mixed, _ = bf16.logprobs(batch)
     assert mixed.dtype == torch.float32
     diff = (exact - mixed).abs()[batch.mask]
     # bf16 keeps 8 bits of mantissa: log-probs move by a few hundredths, never by whole nats

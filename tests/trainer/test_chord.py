@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from trainer_helpers import random_rollouts
+from trainer_helpers import random_rollouts, run_config
 
-from trinity.trainer import TrainerSettings, build_backend
+from trinity.trainer import build_backend
 from trinity.v1 import common_pb2
 
 
@@ -22,7 +22,7 @@ def _demonstrations(n: int) -> list[common_pb2.Experience]:
 
 
 def test_expert_rows_get_the_sft_term_and_rollouts_the_rl_term(tiny_model):
-    backend = build_backend(TrainerSettings(model_path=str(tiny_model), algorithm="mix_chord"))
+    backend = build_backend(run_config(tiny_model, "mix_chord"))
     mixed = backend.train_step(random_rollouts(6, seed=1) + _demonstrations(2))
     assert any(k.startswith("expert/") for k in mixed), sorted(mixed)
     assert any(k.startswith("usual/") for k in mixed)

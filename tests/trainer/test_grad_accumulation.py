@@ -6,11 +6,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from trainer_helpers import grpo_parts, random_rollouts
+from trainer_helpers import grpo_parts, random_rollouts, run_config
 
 from trinity.trainer.algorithm import AlgorithmParts, resolve_algorithm
 from trinity.trainer.batch import plan_micro_batches, to_samples
-from trinity.trainer.config import TrainerSettings
 from trinity.trainer.torch_backend import TorchBackend
 from trinity.v1 import common_pb2
 
@@ -19,8 +18,7 @@ SMALL = 24  # tokens per micro-batch: forces many micro-batches of 1-3 rows
 
 
 def _grads(model: Path, parts: AlgorithmParts, exps: list, budget: int) -> dict[str, torch.Tensor]:
-    settings = TrainerSettings(model_path=str(model), micro_batch_tokens=budget, logprob_chunk_size=5)
-    backend = TorchBackend(settings, parts)
+    backend = TorchBackend(run_config(model, micro_batch_tokens=budget, logprob_chunk_size=5), algorithm=parts)
     backend.compute_gradients(exps)
     return {n: p.grad.clone() for n, p in backend.policy.named_parameters() if p.grad is not None}
 
@@ -55,5 +53,5 @@ def test_sft_micro_batch_gradients_sum_to_the_full_batch_gradient(tiny_model: Pa
         )
         for i in range(6)
     ]
-    parts = resolve_algorithm(TrainerSettings(model_path=str(tiny_model), algorithm="sft"))
+    parts = resolve_algorithm(run_config(tiny_model, "sft").algorithm)
     _assert_same(_grads(tiny_model, parts, exps, 40), _grads(tiny_model, parts, exps, FULL_BATCH))

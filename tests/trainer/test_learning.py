@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from trainer_helpers import grpo_parts
+from trainer_helpers import grpo_parts, run_config
 
-from trinity.trainer.config import TrainerSettings
 from trinity.trainer.torch_backend import TorchBackend
 from trinity.v1 import common_pb2
 
@@ -24,8 +23,8 @@ def _answer_logprobs(backend: TorchBackend, prompt: list[int], choice_ids: list[
 
 
 def test_grpo_raises_the_probability_of_the_rewarded_answer(tiny_model: Path) -> None:
-    settings = TrainerSettings(model_path=str(tiny_model), optimizer={"lr": 3e-3, "weight_decay": 0.0}, seed=0)
-    backend = TorchBackend(settings, grpo_parts())
+    config = run_config(tiny_model, optimizer={"lr": 3e-3, "weight_decay": 0.0})
+    backend = TorchBackend(config, algorithm=grpo_parts())
     tok = backend.hf_tokenizer
     text = tok.apply_chat_template(
         [{"role": "user", "content": "Pick one"}], add_generation_prompt=True, tokenize=False

@@ -4,21 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainer_helpers import random_rollouts
+from trainer_helpers import random_rollouts, run_config
 
-from trinity.trainer.config import TrainerSettings
 from trinity.trainer.torch_backend import TorchBackend
 
 
 def test_ppo_critic_loss_falls_with_epochs_and_mini_batches(tiny_model: Path) -> None:
-    settings = TrainerSettings(
-        model_path=str(tiny_model),
-        algorithm="ppo",
-        ppo_epochs=2,
-        mini_batch_size=4,
-        optimizer={"lr": 1e-3, "critic_lr": 1e-2},
-    )
-    backend = TorchBackend(settings)
+    config = run_config(tiny_model, "ppo", ppo_epochs=2, mini_batch_size=4, optimizer={"lr": 1e-3, "critic_lr": 1e-2})
+    backend = TorchBackend(config)
     assert backend.critic is not None and backend.reference is not None
     first = backend.train_step(random_rollouts(8, seed=0))
     assert first["updates"] == 4.0  # 2 epochs x 2 mini-batches

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from trainer_helpers import run_config
 
-from trinity.trainer.config import TrainerSettings
 from trinity.trainer.torch_backend import TorchBackend
 from trinity.v1 import common_pb2
 
@@ -36,8 +36,7 @@ def _pair_experiences() -> list[common_pb2.Experience]:
 
 
 def test_sft_on_a_tiny_dataset_drives_the_loss_down(tiny_model: Path) -> None:
-    settings = TrainerSettings(model_path=str(tiny_model), algorithm="sft", optimizer={"lr": 1e-2})
-    backend = TorchBackend(settings)
+    backend = TorchBackend(run_config(tiny_model, "sft", optimizer={"lr": 1e-2}))
     losses = []
     for epoch in range(8):
         exps = _sft_experiences()
@@ -49,14 +48,8 @@ def test_sft_on_a_tiny_dataset_drives_the_loss_down(tiny_model: Path) -> None:
 
 
 def test_dpo_raises_the_chosen_over_rejected_margin(tiny_model: Path) -> None:
-    settings = TrainerSettings(
-        model_path=str(tiny_model),
-        algorithm="dpo",
-        optimizer={"lr": 3e-3},
-        micro_batch_tokens=64,
-        algorithm_overrides={"policy_loss": {"beta": 0.5}},
-    )
-    backend = TorchBackend(settings)
+    config = run_config(tiny_model, "dpo", policy_loss={"beta": 0.5}, optimizer={"lr": 3e-3}, micro_batch_tokens=64)
+    backend = TorchBackend(config)
     assert backend.reference is not None
     metrics = []
     for epoch in range(8):
@@ -73,7 +66,7 @@ def test_dpo_raises_the_chosen_over_rejected_margin(tiny_model: Path) -> None:
 
 
 def test_duplicate_ids_are_dropped_and_counted(tiny_model: Path) -> None:
-    backend = TorchBackend(TrainerSettings(model_path=str(tiny_model), algorithm="sft"))
+    backend = TorchBackend(run_config(tiny_model, "sft"))
     backend.train_step(_sft_experiences())
     again = backend.train_step(_sft_experiences())
     assert again["dropped/duplicate"] == len(SFT_DATA)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from trainer_helpers import assert_logprobs_of_single_rows, grouped_rollouts, random_rollouts
+from trainer_helpers import assert_logprobs_of_single_rows, grouped_rollouts, random_rollouts, run_config
 from transformers import AutoModelForCausalLM
 
-from trinity.trainer import TrainerSettings, build_backend
+from trinity.trainer import build_backend
 from trinity.trainer.batch import collate, plan_micro_batches, to_samples
 from trinity.trainer.logprobs import chunked_logprobs
 from trinity.trainer.models import response_hidden
@@ -60,11 +60,7 @@ def test_shared_prompt_plan_keeps_groups_together_and_covers_every_sample_once()
 
 
 def _backend(tiny_model: Path, share: bool, algorithm: str = "grpo"):
-    return build_backend(
-        TrainerSettings(
-            model_path=str(tiny_model), algorithm=algorithm, share_prompts=share, micro_batch_tokens=64, seed=0
-        )
-    )
+    return build_backend(run_config(tiny_model, algorithm, share_prompts=share, micro_batch_tokens=64))
 
 
 @pytest.mark.parametrize("algorithm", ["grpo", "ppo"])

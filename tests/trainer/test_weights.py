@@ -6,25 +6,22 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
-from trainer_helpers import grpo_parts, random_rollouts
+from trainer_helpers import grpo_parts, random_rollouts, run_config
 from transformers import AutoModelForCausalLM
 
-from trinity.trainer.config import LoraSettings, TrainerSettings
 from trinity.trainer.torch_backend import TorchBackend
 
 
 def test_named_weights_use_the_checkpoint_names(tiny_model: Path) -> None:
-    backend = TorchBackend(TrainerSettings(model_path=str(tiny_model)), grpo_parts())
+    backend = TorchBackend(run_config(tiny_model), algorithm=grpo_parts())
     names = {n for n, _ in backend.named_weights()}
     on_disk = set(load_file(tiny_model / "model.safetensors"))
     assert names == on_disk
 
 
 def test_lora_weights_are_merged_and_save_hf_round_trips(tiny_model: Path, tmp_path: Path) -> None:
-    settings = TrainerSettings(
-        model_path=str(tiny_model), lora=LoraSettings(rank=4), optimizer={"lr": 1e-2}, kl_coef=0.1
-    )
-    backend = TorchBackend(settings, grpo_parts(kl_coef=0.1))
+    config = run_config(tiny_model, kl_coef=0.1, lora_rank=4, optimizer={"lr": 1e-2})
+    backend = TorchBackend(config, algorithm=grpo_parts(kl_coef=0.1))
     assert backend.reference is not None  # with LoRA: the policy with adapters disabled
     backend.train_step(random_rollouts(6, seed=1))
     ids = torch.tensor([[5, 17, 99, 3, 42]])

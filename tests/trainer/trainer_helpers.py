@@ -3,11 +3,46 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any
 
 import trinity.algorithms as alg
+from trinity.config import RunConfig
 from trinity.trainer.algorithm import AlgorithmParts
 from trinity.v1 import common_pb2
+
+
+def run_config(
+    model: Path,
+    algorithm: str = "grpo",
+    *,
+    seed: int = 0,
+    total_steps: int = 10,
+    kl_coef: float | None = None,
+    entropy_coef: float | None = None,
+    policy_loss: dict[str, Any] | None = None,
+    **trainer: Any,
+) -> RunConfig:
+    """A run config that trains `model` with `algorithm` (its coefficients and policy-loss overrides);
+    `trainer` are fields of the trainer section.
+
+    Mode `train` with a placeholder offline data path: the backends read neither the mode nor the data.
+    """
+    return RunConfig.model_validate(
+        {
+            "mode": "train",
+            "seed": seed,
+            "model": {"path": str(model)},
+            "algorithm": {
+                "algorithm_type": algorithm,
+                "kl_coef": kl_coef,
+                "entropy_coef": entropy_coef,
+                "policy_loss": policy_loss or {},
+            },
+            "buffer": {"total_steps": total_steps, "offline_data": {"path": "unused.jsonl"}},
+            "trainer": trainer,
+        }
+    )
 
 
 def grpo_parts(kl_coef: float = 0.0, entropy_coef: float = 0.0, **loss_overrides: object) -> AlgorithmParts:

@@ -73,10 +73,11 @@ class FunctionRegistry(Registry[Callable[..., Any]]):
 
     def register(self, name: str, **defaults: Any) -> Callable[[F], F]:
         """Decorator: register ``fn`` under ``name`` with hyperparameter ``defaults``."""
+        add = super().register(name)
 
         def decorator(fn: F) -> F:
             _check_declared(self.label, name, fn, defaults)
-            super(FunctionRegistry, self).register(name)(fn)
+            add(fn)
             self._defaults[name] = MappingProxyType(dict(defaults))
             return fn
 

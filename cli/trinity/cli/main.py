@@ -25,10 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(handler=serve_service)
 
     from trinity.cli.commands import add_commands
-    from trinity.cli.stack import add_stack_commands  # the docker-compose stack (deploy/README.md)
 
     add_commands(commands)
-    add_stack_commands(commands)
     return parser
 
 

@@ -86,7 +86,9 @@ class Registry(Generic[T]):
         return sorted({*self.builtins, *_plugins(self.group, tuple(self.builtins)), *self._entries})
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name in self.names()
+        if not isinstance(name, str):
+            return False
+        return name in self._entries or name in self.builtins or name in _plugins(self.group, tuple(self.builtins))
 
     def _load(self, name: str) -> None:
         if name in self.builtins:

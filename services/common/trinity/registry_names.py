@@ -97,7 +97,7 @@ KINDS: Mapping[str, Kind] = {
         "trinity.operators",
         _same(
             "trinity.buffer.operators.builtin",
-            *("reward_filter", "invalid_reward_filter", "reward_std_filter", "reward_shaping", "pass_rate"),
+            *("reward_filter", "invalid_reward_filter", "reward_std_filter", "reward_shaping"),
         ),
     ),
     "selector": Kind(
@@ -114,4 +114,5 @@ KINDS: Mapping[str, Kind] = {
         "trinity.sync_backends",
         {**_same("trinity.sync.collective", "gloo", "nccl"), "checkpoint": "trinity.sync.checkpoint"},
     ),
+    "checksum": Kind("trinity.checksums", _same("trinity.sync.checksum", "xxh3_64", "crc32")),
 }

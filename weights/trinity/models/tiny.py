@@ -42,7 +42,7 @@ def build_tiny_llama(
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        torch_dtype="float32",
+        dtype="float32",  # transformers 5 name of torch_dtype (the saved config.json is identical)
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)

@@ -56,7 +56,7 @@ def _fsync(path: Path) -> None:
 
 
 def _checksum(name: str, data: bytes) -> int:
-    return CHECKSUMS[name](memoryview(data))
+    return CHECKSUMS.get(name)(memoryview(data))
 
 
 class CheckpointSender(SyncSender):

@@ -13,32 +13,29 @@ from collections.abc import Callable
 
 import torch
 
+from trinity.registry import Registry
+
 Checksum = Callable[[memoryview], int]
+CHECKSUMS: Registry[Checksum] = Registry("checksum")
+register_checksum = CHECKSUMS.register
 
 
+@register_checksum("xxh3_64")
 def _xxh3_64(data: memoryview) -> int:
     import xxhash
 
     return int(xxhash.xxh3_64_intdigest(data))
 
 
+@register_checksum("crc32")
 def _crc32(data: memoryview) -> int:
     return zlib.crc32(data)
 
 
-CHECKSUMS: dict[str, Checksum] = {"xxh3_64": _xxh3_64, "crc32": _crc32}
-
-
-def register_checksum(name: str, fn: Checksum) -> None:
-    CHECKSUMS[name] = fn
-
-
 def checksum_bytes(name: str, buffer: torch.Tensor) -> int:
     """Checksum of a 1-D uint8 tensor `[nbytes]`; a device tensor is copied to host first."""
-    if name not in CHECKSUMS:
-        raise KeyError(f"unknown checksum {name!r}; known: {', '.join(sorted(CHECKSUMS))}")
     host = buffer if buffer.device.type == "cpu" else buffer.cpu()
-    return CHECKSUMS[name](memoryview(host.contiguous().numpy()))  # type: ignore[arg-type]
+    return CHECKSUMS.get(name)(host.contiguous().numpy().data)
 
 
 def tensor_bytes(tensor: torch.Tensor) -> torch.Tensor:

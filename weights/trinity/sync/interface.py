@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import torch
 
+from trinity.registry import Registry
 from trinity.sync.protocol import group_by_layer
 from trinity.sync.spec import SyncGroupSpec
 
@@ -117,28 +118,27 @@ class SyncReceiver(ABC):
         self.close()
 
 
-BACKENDS: dict[str, tuple[Callable[..., SyncSender], Callable[..., SyncReceiver]]] = {}
+@dataclass(frozen=True)
+class SyncBackend:
+    """One backend's two sides: `sender(spec, **options)` and `receiver(spec, rank, **options)`."""
+
+    sender: Callable[..., SyncSender]
+    receiver: Callable[..., SyncReceiver]
+
+
+# Each backend's module is imported the first time a spec names it.
+BACKENDS: Registry[SyncBackend] = Registry("sync_backend")
 
 
 def register_sync_backend(name: str, sender: Callable[..., SyncSender], receiver: Callable[..., SyncReceiver]) -> None:
-    BACKENDS[name] = (sender, receiver)
-
-
-def _backend(spec: SyncGroupSpec) -> tuple[Callable[..., SyncSender], Callable[..., SyncReceiver]]:
-    # The built-in backends register themselves when their modules load.
-    import trinity.sync.checkpoint
-    import trinity.sync.collective  # noqa: F401
-
-    if spec.backend not in BACKENDS:
-        raise KeyError(f"no sync backend {spec.backend!r}; known: {', '.join(sorted(BACKENDS))}")
-    return BACKENDS[spec.backend]
+    BACKENDS.register(name)(SyncBackend(sender, receiver))
 
 
 def open_sender(spec: SyncGroupSpec, **options: Any) -> SyncSender:
     """The trainer-side implementation for `spec.backend` (not yet initialized)."""
-    return _backend(spec)[0](spec, **options)
+    return BACKENDS.get(spec.backend).sender(spec, **options)
 
 
 def open_receiver(spec: SyncGroupSpec, rank: int, **options: Any) -> SyncReceiver:
     """The explorer-side implementation for `spec.backend` (not yet initialized)."""
-    return _backend(spec)[1](spec, rank, **options)
+    return BACKENDS.get(spec.backend).receiver(spec, rank, **options)

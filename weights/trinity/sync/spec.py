@@ -6,7 +6,7 @@ Importable without torch (the Gateway only needs the schema); torch is imported 
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -51,10 +51,10 @@ class SyncGroupSpec(BaseModel):
         return self
 
     @classmethod
-    def for_members(cls, name: str, generation: int, explorers: list[str], **fields: object) -> SyncGroupSpec:
+    def for_members(cls, name: str, generation: int, explorers: list[str], **fields: Any) -> SyncGroupSpec:
         """Ranks in the order given: `explorers[i]` gets rank i + 1."""
         ranks = {TRAINER_MEMBER: 0, **{member: i + 1 for i, member in enumerate(explorers)}}
-        return cls(name=name, generation=generation, world_size=len(ranks), ranks=ranks, **fields)  # type: ignore[arg-type]
+        return cls(name=name, generation=generation, world_size=len(ranks), ranks=ranks, **fields)
 
     def rank_of(self, member: str) -> int:
         if member not in self.ranks:
@@ -95,11 +95,13 @@ class Rendezvous:
     """
 
     def __init__(self, store: TCPStore, spec: SyncGroupSpec) -> None:
-        self.store = store
+        self.store: TCPStore | None = store
         self.spec = spec
 
     @property
     def port(self) -> int:
+        if self.store is None:
+            raise RuntimeError(f"the rendezvous of sync group {self.spec.name} is closed")
         return int(self.store.port)
 
     def next_generation(self, explorers: list[str], **changes: object) -> SyncGroupSpec:
@@ -108,7 +110,7 @@ class Rendezvous:
 
     def close(self) -> None:
         # TCPStore has no explicit close; dropping the last reference stops the server thread.
-        self.store = None  # type: ignore[assignment]
+        self.store = None
 
 
 def reserve_rendezvous(spec: SyncGroupSpec) -> Rendezvous:

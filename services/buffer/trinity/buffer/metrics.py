@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from prometheus_client import REGISTRY, Counter
 from prometheus_client.core import GaugeMetricFamily
@@ -20,6 +20,14 @@ TASKS_LEASED = Counter("trinity_buffer_tasks_leased_total", "Tasks handed out un
 TASKS_COMPLETED = Counter("trinity_buffer_tasks_completed_total", "Task leases completed", ["taskset"])
 
 
+GAUGES: tuple[tuple[Literal["length", "pending", "lag", "dead_letters"], str], ...] = (
+    ("length", "Entries in the stream"),
+    ("pending", "Delivered, not yet acknowledged"),
+    ("lag", "Entries not yet delivered to the consumer group"),
+    ("dead_letters", "Entries moved to the dead-letter stream"),
+)
+
+
 class StreamGauges(Collector):
     """Length, pending, lag and dead letters per stream, read from Redis when Prometheus scrapes."""
 
@@ -29,18 +37,13 @@ class StreamGauges(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         families = {
             name: GaugeMetricFamily(f"trinity_buffer_stream_{name}", help_text, labels=["stream"])
-            for name, help_text in (
-                ("length", "Entries in the stream"),
-                ("pending", "Delivered, not yet acknowledged"),
-                ("lag", "Entries not yet delivered to the consumer group"),
-                ("dead_letters", "Entries moved to the dead-letter stream"),
-            )
+            for name, help_text in GAUGES
         }
         try:
             for name in self.store.stream_names():
                 stats = self.store.stream(name).stats()
                 for key, family in families.items():
-                    family.add_metric([name], float(stats[key]))  # type: ignore[arg-type]
+                    family.add_metric([name], float(stats[key]))
         except Exception:  # noqa: BLE001 - a scrape during a Redis outage reports what it has
             pass
         yield from families.values()

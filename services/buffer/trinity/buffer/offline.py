@@ -21,7 +21,7 @@ PREFERENCE = common_pb2.EXPERIENCE_KIND_PREFERENCE
 
 
 def offline_experiences(
-    config: OfflineDataConfig, kind: common_pb2.ExperienceKind.ValueType
+    config: OfflineDataConfig, kind: common_pb2.ExperienceKind
 ) -> tuple[list[common_pb2.Experience], int]:
     """Rows -> text-level experiences (the Trainer tokenizes them with its model's chat template).
 

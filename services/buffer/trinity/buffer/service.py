@@ -119,12 +119,13 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
         """Over gRPC the request arrives as `PutExperiencesWire`: the experiences' bytes go to Redis as sent."""
         payloads = None
         if isinstance(request, PutExperiencesWire):
-            request, payloads = request.request, request.payloads
+            payloads = request.payloads
+            request = request.request
         stream = self.store.stream(require(request.stream, "stream"))
         if len(request.experiences) > MAX_BATCH:
             raise ResourceExhausted(f"experiences: {len(request.experiences)} exceeds the limit of {MAX_BATCH}")
         validate_experiences(request.experiences)
-        result = stream.put(request.experiences, self.store.operator_context, payloads=payloads)
+        result = stream.put(request.experiences, payloads=payloads)
         metrics.PUT.labels(request.stream).inc(result.accepted)
         for reason, n in result.dropped.items():
             metrics.DROPPED.labels(request.stream, reason).inc(n)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import threading
+from typing import cast
 
 import redis
 
 from trinity.buffer.keys import STREAMS, TASKSETS, StreamKeys, TaskSetKeys
-from trinity.buffer.operators import OperatorContext
 from trinity.buffer.operators.registry import validate_operator
 from trinity.buffer.rows import read_rows
 from trinity.buffer.streams.experience_stream import ExperienceStream
@@ -22,7 +22,6 @@ class BufferStore:
         self._streams: dict[str, ExperienceStream] = {}
         self._tasksets: dict[str, TaskSet] = {}
         self._lock = threading.Lock()
-        self.operator_context = OperatorContext(pass_rates=self)
 
     # ---- streams ---------------------------------------------------------------------------------
 
@@ -62,7 +61,7 @@ class BufferStore:
         return stream
 
     def stream_names(self) -> list[str]:
-        return sorted(n.decode() for n in self.client.smembers(STREAMS))
+        return sorted(n.decode() for n in cast("set[bytes]", self.client.smembers(STREAMS)))
 
     def delete_stream(self, name: str) -> bool:
         stream = self.stream(name)
@@ -108,19 +107,4 @@ class BufferStore:
         return taskset
 
     def taskset_names(self) -> list[str]:
-        return sorted(n.decode() for n in self.client.smembers(TASKSETS))
-
-    # ---- curriculum feed (the `pass_rate` operator reports here) --------------------------------------
-
-    def report_pass_rates(self, taskset: str, rates: dict[str, tuple[float, int]]) -> None:
-        try:
-            target = self.taskset(taskset)
-        except NotFound:
-            return  # experiences of a task set this buffer does not serve: nothing to feed
-        scored = {}
-        for task_id, value in rates.items():
-            prefix, _, index = task_id.rpartition("/")
-            if prefix == taskset and index.isdigit():
-                scored[int(index)] = value
-        if scored:
-            target.record_pass_rates(scored)
+        return sorted(n.decode() for n in cast("set[bytes]", self.client.smembers(TASKSETS)))

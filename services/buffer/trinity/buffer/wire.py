@@ -164,7 +164,7 @@ def add_buffer_servicer_to_server(servicer: buffer_pb2_grpc.BufferServiceService
     the encoded reply (`encode_read_response`). Clients see the unchanged contract.
     """
     capture = _CaptureHandlers()
-    buffer_pb2_grpc.add_BufferServiceServicer_to_server(servicer, capture)  # type: ignore[arg-type]
+    buffer_pb2_grpc.add_BufferServiceServicer_to_server(servicer, capture)
     overrides: dict[str, tuple[Callable[..., Any], Callable[[bytes], Any], Callable[[Any], bytes]]] = {
         "PutExperiences": (
             servicer.PutExperiences,

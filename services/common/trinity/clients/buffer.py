@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 
@@ -54,7 +55,8 @@ class BufferClient:
     def __exit__(self, *_exc: object) -> None:
         self.close()
 
-    def _call(self, method: str, request: object, timeout: float | None = None) -> object:
+    def _call(self, method: str, request: object, timeout: float | None = None) -> Any:
+        """The reply of `method` (the generated gRPC stubs are untyped; each caller names the reply type)."""
         fn = getattr(self._stub, method)
         return call_with_retry(lambda: fn(request, timeout=timeout or self.timeout))
 
@@ -62,10 +64,10 @@ class BufferClient:
 
     def create_taskset(self, config: TaskSetConfig, *, replace: bool = False) -> buffer_pb2.TaskSetInfo:
         spec = to_spec(config, buffer_pb2.TaskSetSpec())
-        return self._call("CreateTaskSet", buffer_pb2.CreateTaskSetRequest(spec=spec, replace=replace))  # type: ignore[return-value]
+        return self._call("CreateTaskSet", buffer_pb2.CreateTaskSetRequest(spec=spec, replace=replace))
 
     def taskset(self, name: str) -> buffer_pb2.TaskSetInfo:
-        return self._call("GetTaskSet", buffer_pb2.GetTaskSetRequest(name=name))  # type: ignore[return-value]
+        return self._call("GetTaskSet", buffer_pb2.GetTaskSetRequest(name=name))
 
     def lease_tasks(
         self, taskset: str, consumer: str, batch_size: int, lease_seconds: float = 0
@@ -73,30 +75,30 @@ class BufferClient:
         request = buffer_pb2.LeaseTasksRequest(
             taskset=taskset, consumer=consumer, batch_size=batch_size, lease_seconds=lease_seconds
         )
-        return self._call("LeaseTasks", request)  # type: ignore[return-value]
+        return self._call("LeaseTasks", request)
 
     def complete_tasks(
         self, taskset: str, consumer: str, results: Iterable[buffer_pb2.TaskResult]
     ) -> buffer_pb2.CompleteTasksResponse:
         request = buffer_pb2.CompleteTasksRequest(taskset=taskset, consumer=consumer, results=list(results))
-        return self._call("CompleteTasks", request)  # type: ignore[return-value]
+        return self._call("CompleteTasks", request)
 
     def release_tasks(self, consumer: str, taskset: str = "") -> int:
         reply = self._call("ReleaseTasks", buffer_pb2.ReleaseTasksRequest(taskset=taskset, consumer=consumer))
-        return int(reply.released)  # type: ignore[attr-defined]
+        return int(reply.released)
 
     # ---- streams -----------------------------------------------------------------------------------
 
     def create_stream(self, config: StreamConfig, *, exist_ok: bool = True) -> buffer_pb2.StreamInfo:
         spec = to_spec(config, buffer_pb2.StreamSpec())
-        return self._call("CreateStream", buffer_pb2.CreateStreamRequest(spec=spec, exist_ok=exist_ok))  # type: ignore[return-value]
+        return self._call("CreateStream", buffer_pb2.CreateStreamRequest(spec=spec, exist_ok=exist_ok))
 
     def stream(self, name: str) -> buffer_pb2.StreamInfo:
-        return self._call("GetStream", buffer_pb2.GetStreamRequest(name=name))  # type: ignore[return-value]
+        return self._call("GetStream", buffer_pb2.GetStreamRequest(name=name))
 
     def put(self, stream: str, experiences: Sequence[common_pb2.Experience]) -> buffer_pb2.PutExperiencesResponse:
         request = _put_request_bytes(stream, experiences)
-        return call_with_retry(lambda: self._put_encoded(request, timeout=self.timeout))  # type: ignore[no-any-return]
+        return call_with_retry(lambda: self._put_encoded(request, timeout=self.timeout))
 
     def read(
         self, stream: str, consumer: str, batch_size: int, *, block_ms: int = 0, min_model_version: int = 0
@@ -108,7 +110,7 @@ class BufferClient:
             block_ms=block_ms,
             min_model_version=min_model_version,
         )
-        reply: buffer_pb2.ReadExperiencesResponse = self._call(  # type: ignore[assignment]
+        reply: buffer_pb2.ReadExperiencesResponse = self._call(
             "ReadExperiences", request, timeout=self.timeout + block_ms / 1000
         )
         return ReadBatch(
@@ -122,30 +124,30 @@ class BufferClient:
 
     def ack(self, stream: str, entry_ids: Sequence[str]) -> int:
         reply = self._call("AckExperiences", buffer_pb2.AckExperiencesRequest(stream=stream, entry_ids=entry_ids))
-        return int(reply.acked)  # type: ignore[attr-defined]
+        return int(reply.acked)
 
     def nack(self, stream: str, consumer: str, entry_ids: Sequence[str]) -> int:
         request = buffer_pb2.NackExperiencesRequest(stream=stream, consumer=consumer, entry_ids=entry_ids)
-        return int(self._call("NackExperiences", request).requeued)  # type: ignore[attr-defined]
+        return int(self._call("NackExperiences", request).requeued)
 
     def trim(self, stream: str) -> int:
-        return int(self._call("TrimStream", buffer_pb2.TrimStreamRequest(stream=stream)).removed)  # type: ignore[attr-defined]
+        return int(self._call("TrimStream", buffer_pb2.TrimStreamRequest(stream=stream)).removed)
 
     # ---- offline data ------------------------------------------------------------------------------
 
     def load_offline(
-        self, stream: str, config: OfflineDataConfig, kind: common_pb2.ExperienceKind.ValueType
+        self, stream: str, config: OfflineDataConfig, kind: common_pb2.ExperienceKind
     ) -> buffer_pb2.LoadOfflineDataResponse:
         """Load SFT samples (`EXPERIENCE_KIND_SFT`) or DPO pairs (`EXPERIENCE_KIND_PREFERENCE`) into `stream`."""
         request = to_spec(config, buffer_pb2.LoadOfflineDataRequest(stream=stream, kind=kind))
-        return self._call("LoadOfflineData", request, timeout=max(self.timeout, 600))  # type: ignore[return-value]
+        return self._call("LoadOfflineData", request, timeout=max(self.timeout, 600))
 
     def export(self, stream: str, path: str, fmt: str = "") -> int:
         request = buffer_pb2.ExportStreamRequest(stream=stream, path=path, format=fmt)
-        return int(self._call("ExportStream", request, timeout=max(self.timeout, 600)).exported)  # type: ignore[attr-defined]
+        return int(self._call("ExportStream", request, timeout=max(self.timeout, 600)).exported)
 
     def status(self) -> common_pb2.ServiceStatus:
-        return self._call("GetStatus", common_pb2.GetStatusRequest())  # type: ignore[return-value]
+        return self._call("GetStatus", common_pb2.GetStatusRequest())
 
 
 _PUT_METHOD = "/{}/PutExperiences".format(buffer_pb2.DESCRIPTOR.services_by_name["BufferService"].full_name)

@@ -93,18 +93,20 @@ def sync_spec(group: gateway_pb2.SyncGroup):
     from trinity.sync.spec import TRAINER_MEMBER
 
     ranks = {TRAINER_MEMBER: 0, **{m.instance_id: m.rank for m in group.members if m.rank > 0}}
-    return SyncGroupSpec(
-        name=group.run_id.replace("/", "_")[:120],
-        generation=group.generation,
-        backend=group.backend,  # type: ignore[arg-type]
-        host=group.host or "127.0.0.1",
-        port=group.port,
-        world_size=group.world_size,
-        ranks=ranks,
-        timeout_s=group.timeout_seconds,
-        join_timeout_s=max(group.timeout_seconds, 60.0),
-        bucket_mb=group.bucket_mb,
-        checkpoint_dir=group.checkpoint_dir or None,
+    return SyncGroupSpec.model_validate(  # validates the negotiated backend name too
+        {
+            "name": group.run_id.replace("/", "_")[:120],
+            "generation": group.generation,
+            "backend": group.backend,
+            "host": group.host or "127.0.0.1",
+            "port": group.port,
+            "world_size": group.world_size,
+            "ranks": ranks,
+            "timeout_s": group.timeout_seconds,
+            "join_timeout_s": max(group.timeout_seconds, 60.0),
+            "bucket_mb": group.bucket_mb,
+            "checkpoint_dir": group.checkpoint_dir or None,
+        }
     )
 
 
@@ -119,7 +121,14 @@ class RunReporter:
         self.stage = stage
 
     def report(
-        self, kind: str, *, step: int, model_version: int, message: str = "", metrics: dict | None = None
+        self,
+        kind: str,
+        *,
+        step: int,
+        model_version: int,
+        message: str = "",
+        metrics: dict | None = None,
+        final_model_path: str = "",
     ) -> bool:
         event = gateway_pb2.RunEvent(
             run_id=self.run_id,
@@ -130,6 +139,7 @@ class RunReporter:
             metrics=metrics or {},
             message=message,
             stage=self.stage,
+            final_model_path=final_model_path,
         )
         try:
             return bool(self.gateway.report(event).run_active)

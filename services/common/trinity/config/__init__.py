@@ -16,7 +16,6 @@ from trinity.config.buffer import (
 from trinity.config.errors import ConfigError, format_validation_error
 from trinity.config.explorer import ExplorerConfig
 from trinity.config.run import (
-    KNOWN_ALGORITHMS,
     AlgorithmConfig,
     ModelConfig,
     MonitorConfig,
@@ -28,7 +27,6 @@ from trinity.config.sync import SynchronizerConfig
 from trinity.config.trainer import MegatronTrainerConfig, OptimizerSection, TorchTrainerConfig, TrainerConfig
 
 __all__ = [
-    "KNOWN_ALGORITHMS",
     "AlgorithmConfig",
     "BufferConfig",
     "ConfigError",

@@ -11,10 +11,9 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from trinity.config.base import _check_name, _Section
+from trinity.config.names import OperatorName, RewardSpec, SelectorName
 
-SelectorName = Literal["sequential", "shuffle", "random", "difficulty"]
 DataFormat = Literal["", "jsonl", "parquet", "datasets"]
-OperatorName = Literal["reward_filter", "reward_std_filter", "invalid_reward_filter", "reward_shaping", "pass_rate"]
 
 
 class TaskSetConfig(_Section):
@@ -34,7 +33,9 @@ class TaskSetConfig(_Section):
     lease_seconds: float = Field(
         default=600.0, gt=0, le=86_400, description="a leased task not completed within this is handed out again"
     )
-    reward_fn: str = Field(default="", description="reward function of these tasks; empty = the workflow's default")
+    reward_fn: RewardSpec = Field(
+        default="", description="reward function of these tasks; empty = the workflow's default"
+    )
     target_pass_rate: float = Field(
         default=0.5, ge=0, le=1, description="difficulty selector: prefer tasks whose pass rate is near this"
     )

@@ -1,37 +1,171 @@
-"""The explorer section of the run config: engine, workflow, sampling, evaluation, serve and bench modes."""
+"""The explorer section of the run config: engine, workflow, sampling, evaluation, serve and bench modes.
+
+`explorer.engine` picks the shape of `engine_options` (`VllmEngineOptions`, `TransformersEngineOptions`)
+and a built-in `explorer.workflow` the shape of `workflow_options` (`WORKFLOW_OPTIONS`); a key the
+chosen shape lacks is an error naming the keys it has. A workflow registered by a plugin takes its
+options as a mapping, checked against its constructor when the explorer builds it.
+"""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, FieldSerializationInfo, ValidationError, ValidationInfo, field_serializer, field_validator
 
 from trinity.config.base import _Section
+from trinity.config.names import ChatEnvironmentName, RewardSpec, StepEnvironmentName, WorkflowName
+
+DType = Literal["float32", "bfloat16", "float16"]
+
+
+class VllmEngineOptions(_Section):
+    """`engine_options` of `engine: vllm`: vLLM's offline `LLM`, in-process (defaults measured on 2 CPU cores)."""
+
+    dtype: DType | None = Field(default=None, description="sampling dtype; unset = model.dtype")
+    max_model_len: int | None = Field(
+        default=None, gt=0, description="context limit; unset = model.max_prompt_tokens + model.max_response_tokens"
+    )
+    kv_cache_space_gib: int = Field(default=1, ge=1, description="CPU build: KV cache size (VLLM_CPU_KVCACHE_SPACE)")
+    enforce_eager: bool = Field(default=True, description="no CUDA graphs or compilation (faster start)")
+    logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = Field(
+        default="processed_logprobs",
+        description="log-probs of the distribution sampled from (after temperature, top-k, top-p), or the raw one",
+    )
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1, description="GPU build: share of GPU memory used")
+    weight_bucket_bytes: int = Field(default=1 << 30, gt=0, description="bytes of tensors per in-place reload call")
+    extra: dict[str, Any] = Field(default_factory=dict, description="more `vllm.LLM` keyword arguments, passed as is")
+
+
+class TransformersEngineOptions(_Section):
+    """`engine_options` of `engine: transformers`: Hugging Face `generate`, one request at a time."""
+
+    dtype: DType | None = Field(default=None, description="sampling dtype; unset = model.dtype")
+    device: str = Field(default="cpu", description="torch device of the model (`cpu`, `cuda`, `cuda:1`, ...)")
+
+
+EngineOptions = VllmEngineOptions | TransformersEngineOptions
+ENGINE_OPTIONS: dict[str, type[EngineOptions]] = {
+    "vllm": VllmEngineOptions,
+    "transformers": TransformersEngineOptions,
+}
+
+
+class MathWorkflowOptions(_Section):
+    """`workflow_options` of `math` and `countdown`: one question, one answer per sample."""
+
+    system_prompt: str | None = Field(default=None, description="system turn before the question; unset = none")
+    use_chat_template: bool = Field(default=True, description="prompt through the tokenizer's chat template")
+
+
+class MultiTurnWorkflowOptions(_Section):
+    """`workflow_options` of `multi_turn`: model turns alternate with a chat environment's."""
+
+    environment: ChatEnvironmentName = Field(default="guess_number", description="registered chat environment")
+    max_turns: int = Field(default=4, ge=1, description="model turns per episode at most")
+    system_prompt: str | None = Field(default=None, description="system turn before the task; unset = none")
+    reward_fn: RewardSpec = Field(default="", description="reward of the last model turn, added to the environment's")
+
+
+class FrozenLakeWorkflowOptions(_Section):
+    """`workflow_options` of `frozen_lake`: one experience per step of a FrozenLake episode."""
+
+    max_steps: int = Field(default=20, ge=1, description="steps per episode at most")
+    gamma: float = Field(default=1.0, ge=0, le=1, description="discount of the per-step return-to-go")
+
+
+class MultiStepWorkflowOptions(FrozenLakeWorkflowOptions):
+    """`workflow_options` of `multi_step`: one experience per step of a registered step environment."""
+
+    environment: StepEnvironmentName = Field(default="frozen_lake", description="registered step environment")
+
+
+WorkflowOptions = MathWorkflowOptions | MultiTurnWorkflowOptions | MultiStepWorkflowOptions | FrozenLakeWorkflowOptions
+WORKFLOW_OPTIONS: dict[str, type[WorkflowOptions]] = {
+    "math": MathWorkflowOptions,
+    "countdown": MathWorkflowOptions,
+    "multi_turn": MultiTurnWorkflowOptions,
+    "multi_step": MultiStepWorkflowOptions,
+    "frozen_lake": FrozenLakeWorkflowOptions,
+}
 
 
 class ExplorerConfig(_Section):
-    engine: Literal["vllm", "transformers"] = "vllm"
-    engine_options: dict[str, Any] = Field(default_factory=dict)
-    workflow: str = "math"
-    workflow_options: dict[str, Any] = Field(default_factory=dict)
+    """Rollouts: the engine and its options, the workflow and its options, sampling, evaluation, serve and bench."""
+
+    engine: Literal["vllm", "transformers"] = Field(default="vllm", description="rollout engine")
+    engine_options: EngineOptions = Field(
+        default_factory=VllmEngineOptions,
+        validate_default=True,
+        description="settings of the chosen engine (VllmEngineOptions, TransformersEngineOptions)",
+    )
+    workflow: WorkflowName = Field(default="math", description="registered workflow that turns a task into experiences")
+    workflow_options: dict[str, Any] | WorkflowOptions = Field(
+        default_factory=dict,
+        validate_default=True,
+        union_mode="left_to_right",  # a plugin's mapping stays a mapping; built-in shapes arrive as models
+        description="settings of the chosen workflow (WORKFLOW_OPTIONS); a plugin workflow's constructor arguments",
+    )
     num_workers: int = Field(default=1, ge=1, description="explorer processes in the run")
     threads: int = Field(
         default=0,
         ge=0,
         description="`trinity run`: torch threads per explorer process; 0 = the cores split among explorers",
     )
-    temperature: float = Field(default=1.0, ge=0)
-    top_p: float = Field(default=1.0, gt=0, le=1)
-    top_k: int = -1
-    stop: tuple[str, ...] = ()
-    reward_timeout_seconds: float = Field(default=10.0, gt=0)
+    temperature: float = Field(default=1.0, ge=0, description="rollout sampling temperature; 0 = greedy")
+    top_p: float = Field(default=1.0, gt=0, le=1, description="nucleus sampling mass (rollouts and evaluation)")
+    top_k: int = Field(default=-1, description="sample among the k likeliest tokens; <= 0 = all")
+    stop: tuple[str, ...] = Field(default=(), description="strings that end a response (not included in it)")
+    reward_timeout_seconds: float = Field(default=10.0, gt=0, description="a reward call running longer fails")
     eval_interval: int = Field(default=0, ge=0, description="evaluate every N weight versions; 0 = never")
-    eval_on_start: bool = True
-    eval_temperature: float = Field(default=1.0, ge=0)
-    eval_repeat_times: int = Field(default=1, ge=1)
+    eval_on_start: bool = Field(default=True, description="evaluate the starting weights before exploring")
+    eval_temperature: float = Field(default=1.0, ge=0, description="evaluation (and bench) sampling temperature")
+    eval_repeat_times: int = Field(default=1, ge=1, description="samples per evaluated task (the k of pass@k)")
     # serve mode (trinity.explorer.openai_api): the OpenAI-compatible HTTP endpoint agents call
-    openai_host: str = Field(default="127.0.0.1", description="bind address; 0.0.0.0 to serve other hosts")
-    openai_port: int = Field(default=0, ge=0, le=65535, description="0 = pick a free port (reported in events)")
-    session_ttl_seconds: float = Field(default=3600.0, gt=0, description="sessions without feedback expire")
-    # bench mode (trinity.explorer.bench): where the JSON report goes; "" = <checkpoint_dir or cwd>/bench_report.json
-    bench_output: str = ""
+    openai_host: str = Field(default="127.0.0.1", description="serve: bind address; 0.0.0.0 to serve other hosts")
+    openai_port: int = Field(
+        default=0, ge=0, le=65535, description="serve: port; 0 = pick a free one (reported in events)"
+    )
+    session_ttl_seconds: float = Field(default=3600.0, gt=0, description="serve: sessions without feedback expire")
+    bench_output: str = Field(
+        default="", description="bench: path of the JSON report; empty = <checkpoint_dir or cwd>/bench_report.json"
+    )
+
+    @field_validator("engine_options", mode="before")
+    @classmethod
+    def _engine_shape(cls, value: Any, info: ValidationInfo) -> Any:
+        engine = info.data.get("engine")
+        if engine is None:
+            return value  # `engine` itself is wrong; that error says so
+        return _options(ENGINE_OPTIONS[engine], value, f"engine {engine!r}")
+
+    @field_validator("workflow_options", mode="before")
+    @classmethod
+    def _workflow_shape(cls, value: Any, info: ValidationInfo) -> Any:
+        shape = WORKFLOW_OPTIONS.get(info.data.get("workflow", ""))
+        return value if shape is None else _options(shape, value, f"workflow {info.data['workflow']!r}")
+
+    @field_serializer("engine_options", "workflow_options")
+    def _only_set(self, options: _Section | dict[str, Any], info: FieldSerializationInfo) -> dict[str, Any]:
+        # Only what the config set: a stage overlay that switches engine or workflow must not inherit
+        # the previous shape's defaults as if they were its own keys.
+        if isinstance(options, dict):
+            return options
+        return options.model_dump(mode=info.mode, exclude_unset=True)
+
+
+def _options(shape: type[_Section], value: Any, owner: str) -> _Section:
+    if isinstance(value, shape):
+        return value
+    if isinstance(value, _Section):  # options of another shape (a programmatic copy): re-check its keys
+        value = value.model_dump(exclude_unset=True)
+    try:
+        return shape.model_validate(value)
+    except ValidationError as err:
+        unknown = any(e["type"] == "extra_forbidden" for e in err.errors())
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: "
+            + ("unknown field" if e["type"] == "extra_forbidden" else e["msg"].removeprefix("Value error, "))
+            for e in err.errors()
+        )
+        known = f"; its fields: {', '.join(shape.model_fields)}" if unknown else ""
+        raise ValueError(f"{problems} (for {owner}{known})") from None

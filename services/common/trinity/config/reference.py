@@ -54,8 +54,8 @@ def sections(model: type[BaseModel] = RunConfig, path: str = "") -> Iterator[Sec
                 sub = f"{path}.{name}" if path else name
                 if _is_sequence(field.annotation):
                     sub += "[]"
-                tag = _variant(field, child) if len(models_in(field.annotation)) > 1 else ""
-                yield from walk(child, sub, tag)
+                members = models_in(field.annotation)
+                yield from walk(child, sub, _variant(members, child) if len(members) > 1 else "")
 
     yield from walk(model, path, "")
 
@@ -66,13 +66,18 @@ def _is_sequence(annotation: Any) -> bool:
     return any(_is_sequence(a) for a in get_args(annotation) if get_origin(annotation) in (Union, types.UnionType))
 
 
-def _variant(field: FieldInfo, model: type[BaseModel]) -> str:
-    """`backend: megatron` for the member of a discriminated union selected by that value."""
-    key = field.discriminator if isinstance(field.discriminator, str) else None
-    if key is None or key not in model.model_fields:
-        return model.__name__
-    values = get_args(model.model_fields[key].annotation)
-    return f"{key}: {' | '.join(str(v) for v in values)}" if values else model.__name__
+def _variant(members: list[type[BaseModel]], model: type[BaseModel]) -> str:
+    """`backend: megatron` for a union member tagged by a one-value Literal key all members have; else its class."""
+    for name, field in model.model_fields.items():
+        tags = [_tag(member.model_fields.get(name)) for member in members]
+        if all(tag is not None for tag in tags):
+            return f"{name}: {_tag(field)}"
+    return model.__name__
+
+
+def _tag(field: FieldInfo | None) -> str | None:
+    values = get_args(field.annotation) if field is not None and get_origin(field.annotation) is Literal else ()
+    return str(values[0]) if len(values) == 1 else None
 
 
 def type_name(annotation: Any, paths: dict[type[BaseModel], str]) -> str:
@@ -82,8 +87,8 @@ def type_name(annotation: Any, paths: dict[type[BaseModel], str]) -> str:
         return "null"
     if origin is Literal:
         return " \\| ".join(json.dumps(v) for v in get_args(annotation))
-    if origin in (Union, types.UnionType):
-        return " \\| ".join(type_name(a, paths) for a in get_args(annotation))
+    if origin in (Union, types.UnionType):  # members of one shape union are one section
+        return " \\| ".join(dict.fromkeys(type_name(a, paths) for a in get_args(annotation)))
     if origin in (tuple, list):
         return f"list of {type_name(get_args(annotation)[0], paths)}"
     if origin is dict:
@@ -125,7 +130,7 @@ def render() -> str:
             lines += ["", doc]
         lines += ["", "| key | type | default | meaning |", "| --- | --- | --- | --- |"]
         for name, field in section.model.model_fields.items():
-            meaning = (field.description or "").replace("|", "\\|")
+            meaning = (field.description or "").replace("|", "\\|").replace("<", "&lt;")
             lines.append(f"| `{name}` | {type_name(field.annotation, paths)} | {default_text(field)} | {meaning} |")
     return "\n".join(lines) + "\n"
 

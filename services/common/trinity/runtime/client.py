@@ -39,7 +39,7 @@ class _AuthInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientI
 
     def _details(self, details: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
         metadata = [*(details.metadata or ()), self._header]
-        return details._replace(metadata=metadata)  # type: ignore[attr-defined]
+        return details._replace(metadata=metadata)
 
     def intercept_unary_unary(self, continuation: Callable, details: grpc.ClientCallDetails, request: Any) -> Any:
         return continuation(self._details(details), request)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import grpc
 import redis
@@ -79,4 +79,4 @@ def grpc_errors(method: F) -> F:
             log.warning("redis.unavailable", method=method.__name__, error=str(err))
             context.abort(grpc.StatusCode.UNAVAILABLE, f"redis unavailable: {err}")
 
-    return wrapper  # type: ignore[return-value]
+    return cast(F, wrapper)  # functools.wraps keeps the signature mypy cannot see through

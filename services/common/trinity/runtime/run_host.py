@@ -28,7 +28,7 @@ class Runner(Protocol):
 
     def start(self) -> None: ...
 
-    def stop(self, reason: str = "") -> None: ...
+    def stop(self, reason: explorer_pb2.StopReason.ValueType, detail: str = "") -> None: ...
 
     def join(self, timeout: float | None = None) -> None: ...
 
@@ -78,13 +78,13 @@ class RunHost:
     def stop(self, request: explorer_pb2.StopRunRequest) -> common_pb2.ServiceStatus:
         runner = self.runner
         if runner is not None and (not request.run_id or runner.run_id == request.run_id):
-            runner.stop(request.reason)
+            runner.stop(request.reason, request.detail)
         return self.status()
 
     def shutdown(self, timeout: float = 60.0) -> None:
         runner = self.runner
         if runner is not None:
-            runner.stop("service shutting down")
+            runner.stop(explorer_pb2.STOP_REASON_SHUTDOWN, "service shutting down")
             runner.join(timeout=timeout)
 
 
@@ -93,16 +93,29 @@ class ReportingRunner:
 
     reporter: Any  # trinity.clients.gateway.RunReporter
     step: int
-    model_version: int
     _stop: threading.Event
 
-    def _report(self, kind: str, *, step: int | None = None, message: str = "", metrics: dict | None = None) -> None:
+    @property
+    def model_version(self) -> int:
+        """The weight version the runner serves or trains; each runner says where it comes from."""
+        raise NotImplementedError
+
+    def _report(
+        self,
+        kind: str,
+        *,
+        step: int | None = None,
+        message: str = "",
+        metrics: dict | None = None,
+        final_model_path: str = "",
+    ) -> None:
         active = self.reporter.report(
             kind,
             step=self.step if step is None else step,
             model_version=self.model_version,
             message=message,
             metrics=metrics,
+            final_model_path=final_model_path,
         )
         if not active and kind not in ("finished", "error"):
             self._stop.set()  # the run is over (cancelled or failed elsewhere)

@@ -1,11 +1,27 @@
 from trinity.v1 import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class StopReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STOP_REASON_UNSPECIFIED: _ClassVar[StopReason]
+    STOP_REASON_TRAINING_FINISHED: _ClassVar[StopReason]
+    STOP_REASON_INPUT_EXHAUSTED: _ClassVar[StopReason]
+    STOP_REASON_CANCELLED: _ClassVar[StopReason]
+    STOP_REASON_FAILED: _ClassVar[StopReason]
+    STOP_REASON_SHUTDOWN: _ClassVar[StopReason]
+STOP_REASON_UNSPECIFIED: StopReason
+STOP_REASON_TRAINING_FINISHED: StopReason
+STOP_REASON_INPUT_EXHAUSTED: StopReason
+STOP_REASON_CANCELLED: StopReason
+STOP_REASON_FAILED: StopReason
+STOP_REASON_SHUTDOWN: StopReason
 
 class StartRunRequest(_message.Message):
     __slots__ = ("run_id", "config_json", "buffer_address", "gateway_address", "stage")
@@ -22,12 +38,14 @@ class StartRunRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., config_json: _Optional[str] = ..., buffer_address: _Optional[str] = ..., gateway_address: _Optional[str] = ..., stage: _Optional[int] = ...) -> None: ...
 
 class StopRunRequest(_message.Message):
-    __slots__ = ("run_id", "reason")
+    __slots__ = ("run_id", "detail", "reason")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     run_id: str
-    reason: str
-    def __init__(self, run_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    detail: str
+    reason: StopReason
+    def __init__(self, run_id: _Optional[str] = ..., detail: _Optional[str] = ..., reason: _Optional[_Union[StopReason, str]] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
     __slots__ = ("prompt", "messages", "n", "temperature", "top_p", "top_k", "max_tokens", "stop")

@@ -109,7 +109,10 @@ class ExplorerContext(ReportingRunner):
 
     @cached_property
     def workflow(self) -> Workflow:
-        return create_workflow(self.config.explorer.workflow, **self.config.explorer.workflow_options)
+        """The run's workflow, built on first use (serve mode has none)."""
+        options = self.config.explorer.workflow_options
+        kwargs = options if isinstance(options, dict) else options.model_dump()
+        return create_workflow(self.config.explorer.workflow, **kwargs)
 
     def rollout_settings(self, temperature: float, repeat_times: int) -> RolloutSettings:
         explorer = self.config.explorer

@@ -41,7 +41,8 @@ class ExplorerServicer(explorer_pb2_grpc.ExplorerServiceServicer):
 
     @property
     def runner(self) -> ExplorerRunner | None:
-        return self.host.runner  # type: ignore[no-any-return]
+        runner: ExplorerRunner | None = self.host.runner
+        return runner
 
     def _make_runner(self, request: explorer_pb2.StartRunRequest, config: RunConfig) -> ExplorerRunner:
         if self.server is not None:

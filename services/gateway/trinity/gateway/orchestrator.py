@@ -72,7 +72,7 @@ class Orchestrator:
         run = self.runs.get(run_id)
         if run.state in TERMINAL:
             return run
-        self._stop_services(run, reason)
+        self._stop_services(run, explorer_pb2.STOP_REASON_CANCELLED, reason)
         return self._finish(run_id, gateway_pb2.RUN_STATE_CANCELLED, reason)
 
     def report(self, event: gateway_pb2.RunEvent) -> tuple[str, bool]:
@@ -95,11 +95,17 @@ class Orchestrator:
         if event.kind == "error":
             self._spawn(self._fail, run.id, f"{event.source}: {event.message}")
         elif event.kind == "finished":
-            self._spawn(self._on_finished, run.id, event.source.partition("/")[2], event.message)
+            self._spawn(self._on_finished, run.id, event.source.partition("/")[2], event.final_model_path)
         return seq, True
 
     def event(
-        self, run_id: str, kind: str, *, message: str = "", state: int = 0, metrics: dict[str, float] | None = None
+        self,
+        run_id: str,
+        kind: str,
+        *,
+        message: str = "",
+        state: gateway_pb2.RunState = gateway_pb2.RUN_STATE_UNSPECIFIED,
+        metrics: dict[str, float] | None = None,
     ) -> None:
         run = self.runs.get(run_id)
         self.runs.append_event(
@@ -108,7 +114,7 @@ class Orchestrator:
                 kind=kind,
                 source="gateway",
                 message=message,
-                state=state,  # type: ignore[arg-type]
+                state=state,
                 metrics=metrics or {},
                 stage=run.stage,
                 model_version=run.model_version,
@@ -176,7 +182,7 @@ class Orchestrator:
 
     def _busy_instances(self, exclude_run: str) -> set[str]:
         busy: set[str] = set()
-        for run in self.runs.list():
+        for run in self.runs.all():
             if run.id != exclude_run and run.state not in TERMINAL:
                 busy.update(run.assignments)
         return busy
@@ -228,7 +234,7 @@ class Orchestrator:
 
     # ---- completion ---------------------------------------------------------------------------------
 
-    def _on_finished(self, run_id: str, instance_id: str, message: str) -> None:
+    def _on_finished(self, run_id: str, instance_id: str, final_model_path: str) -> None:
         """A stage ends when every assigned instance has finished its part.
 
         The trainer finishing tells the explorers to wrap up (apply the last weights, evaluate,
@@ -240,8 +246,8 @@ class Orchestrator:
                 return
             if instance_id not in run.finished:
                 run.finished.append(instance_id)
-            if run.assignments.get(instance_id) == ROLE_TRAINER and message:
-                run.final_model_path = message
+            if run.assignments.get(instance_id) == ROLE_TRAINER and final_model_path:
+                run.final_model_path = final_model_path
             self.runs.save(run)
             assigned = dict(run.assignments)
             done = set(run.finished)
@@ -250,9 +256,9 @@ class Orchestrator:
         if all(i in done for i in assigned):
             self._next_stage_or_succeed(run_id)
         elif assigned.get(instance_id) == ROLE_TRAINER:
-            self._call_stop([e for e in explorers if e not in done], "training finished", run_id)
+            self._call_stop([e for e in explorers if e not in done], explorer_pb2.STOP_REASON_TRAINING_FINISHED, run_id)
         elif trainers and all(e in done for e in explorers):
-            self._call_stop([t for t in trainers if t not in done], "input exhausted", run_id)
+            self._call_stop([t for t in trainers if t not in done], explorer_pb2.STOP_REASON_INPUT_EXHAUSTED, run_id)
 
     def _next_stage_or_succeed(self, run_id: str) -> None:
         run = self.runs.get(run_id)
@@ -271,15 +277,15 @@ class Orchestrator:
         run = self.runs.get(run_id)
         if run.state in TERMINAL:
             return
-        self._stop_services(run, reason)
+        self._stop_services(run, explorer_pb2.STOP_REASON_FAILED, reason)
         self._finish(run_id, gateway_pb2.RUN_STATE_FAILED, reason)
 
-    def _finish(self, run_id: str, state: int, message: str) -> gateway_pb2.Run:
+    def _finish(self, run_id: str, state: gateway_pb2.RunState, message: str) -> gateway_pb2.Run:
         with self._lock:
             run = self.runs.get(run_id)
             if run.state in TERMINAL:
                 return run
-            run.state = state  # type: ignore[assignment]
+            run.state = state
             if state == gateway_pb2.RUN_STATE_FAILED:
                 run.error = message
             self.runs.save(run)
@@ -287,10 +293,12 @@ class Orchestrator:
         log.info("run.finished", run_id=run_id, state=gateway_pb2.RunState.Name(state), message=message)
         return run
 
-    def _stop_services(self, run: gateway_pb2.Run, reason: str) -> None:
-        self._call_stop(list(run.assignments), reason, run.id)
+    def _stop_services(self, run: gateway_pb2.Run, reason: explorer_pb2.StopReason.ValueType, detail: str) -> None:
+        self._call_stop(list(run.assignments), reason, run.id, detail)
 
-    def _call_stop(self, instance_ids: list[str], reason: str, run_id: str) -> None:
+    def _call_stop(
+        self, instance_ids: list[str], reason: explorer_pb2.StopReason.ValueType, run_id: str, detail: str = ""
+    ) -> None:
         for instance_id in instance_ids:
             instance = self.registry.get(instance_id)
             if instance is None or not instance.alive:
@@ -298,7 +306,7 @@ class Orchestrator:
             try:
                 with open_channel(instance.address) as channel:
                     _stub(instance.service, channel).StopRun(
-                        explorer_pb2.StopRunRequest(run_id=run_id, reason=reason), timeout=30
+                        explorer_pb2.StopRunRequest(run_id=run_id, reason=reason, detail=detail), timeout=30
                     )
             except grpc.RpcError as err:
                 log.warning("run.stop_failed", instance=instance_id, error=err.details())
@@ -307,7 +315,7 @@ class Orchestrator:
 
     def start_monitor(self, interval: float = 0.5) -> None:
         self._spawn(self._monitor, interval)
-        for run in self.runs.list():  # resume after a gateway restart
+        for run in self.runs.all():  # resume after a gateway restart
             if run.state == gateway_pb2.RUN_STATE_PENDING:
                 self._spawn(self._launch, run.id)
 
@@ -326,7 +334,7 @@ class Orchestrator:
     def _on_instance_lost(self, instance: gateway_pb2.Instance) -> None:
         """A dead explorer's tasks go back to the queue and the sync group is re-formed."""
         log.warning("instance.lost", instance=instance.instance_id, service=instance.service)
-        for run in self.runs.list():
+        for run in self.runs.all():
             if run.state in TERMINAL or instance.instance_id not in run.assignments:
                 continue
             self.event(run.id, "log", message=f"{instance.service} {instance.instance_id} lost (no heartbeat)")
@@ -343,7 +351,7 @@ class Orchestrator:
 
     def _rejoin_replacements(self) -> None:
         """A run that lost an explorer takes a free live one (a restarted explorer registers anew)."""
-        for run in self.runs.list():
+        for run in self.runs.all():
             if run.state != RUNNING:
                 continue
             lost = [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import redis
 
 from trinity.gateway import keys
@@ -32,24 +34,24 @@ class InstanceRegistry:
         return True
 
     def get(self, instance_id: str) -> gateway_pb2.Instance | None:
-        raw = self.client.hget(keys.INSTANCES, instance_id)
+        raw = cast("bytes | None", self.client.hget(keys.INSTANCES, instance_id))  # replies are not decoded
         return gateway_pb2.Instance.FromString(raw) if raw is not None else None
 
     def save(self, instance: gateway_pb2.Instance) -> None:
         self.client.hset(keys.INSTANCES, instance.instance_id, instance.SerializeToString())
 
-    def list(self, service: str = "") -> list[gateway_pb2.Instance]:
-        out = [gateway_pb2.Instance.FromString(v) for v in self.client.hvals(keys.INSTANCES)]
+    def instances(self, service: str = "") -> list[gateway_pb2.Instance]:
+        out = [gateway_pb2.Instance.FromString(cast(bytes, v)) for v in self.client.hvals(keys.INSTANCES)]
         return sorted((i for i in out if not service or i.service == service), key=lambda i: i.instance_id)
 
     def alive(self, service: str) -> list[gateway_pb2.Instance]:
-        return [i for i in self.list(service) if i.alive]
+        return [i for i in self.instances(service) if i.alive]
 
     def sweep(self) -> list[gateway_pb2.Instance]:
         """Mark instances whose heartbeat is overdue as dead; return the newly dead ones."""
         deadline = now_ms() - self.dead_after_ms
         newly_dead = []
-        for instance in self.list():
+        for instance in self.instances():
             if instance.alive and instance.last_heartbeat_unix_ms < deadline:
                 instance.alive = False
                 self.save(instance)

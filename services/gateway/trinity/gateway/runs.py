@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from typing import cast
 
 import redis
 
@@ -20,6 +21,8 @@ def now_ms() -> int:
 
 
 class RunStore:
+    """The client does not decode replies (they are bytes); the casts below say so to the type checker."""
+
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
 
@@ -43,7 +46,7 @@ class RunStore:
         return run
 
     def get(self, run_id: str) -> gateway_pb2.Run:
-        raw = self.client.get(keys.run(run_id))
+        raw = cast("bytes | None", self.client.get(keys.run(run_id)))
         if raw is None:
             raise NotFound(f"run {run_id!r} does not exist")
         return gateway_pb2.Run.FromString(raw)
@@ -52,20 +55,23 @@ class RunStore:
         run.updated_unix_ms = now_ms()
         self.client.set(keys.run(run.id), run.SerializeToString())
 
-    def list(self) -> list[gateway_pb2.Run]:
-        ids = [i.decode() for i in self.client.zrange(keys.RUNS, 0, -1)]
-        raws = self.client.mget([keys.run(i) for i in ids]) if ids else []
+    def all(self) -> list[gateway_pb2.Run]:
+        ids = [i.decode() for i in cast("list[bytes]", self.client.zrange(keys.RUNS, 0, -1))]
+        raws = cast("list[bytes | None]", self.client.mget([keys.run(i) for i in ids])) if ids else []
         return [gateway_pb2.Run.FromString(r) for r in raws if r is not None]
 
     def append_event(self, event: gateway_pb2.RunEvent) -> str:
         event.unix_ms = event.unix_ms or now_ms()
-        seq = self.client.xadd(keys.events(event.run_id), {"e": event.SerializeToString()})
+        seq = cast(bytes, self.client.xadd(keys.events(event.run_id), {"e": event.SerializeToString()}))
         return seq.decode()
 
     def events(self, run_id: str, after: str = "0", block_ms: int = 1000) -> Iterator[gateway_pb2.RunEvent]:
         """Events after `after`; waits up to block_ms for new ones; returns when none arrive."""
         # BLOCK 0 would wait forever in Redis: a zero wait is a plain, non-blocking read.
-        reply = self.client.xread({keys.events(run_id): after or "0"}, count=500, block=block_ms or None)
+        reply = cast(
+            "list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]] | None",
+            self.client.xread({keys.events(run_id): after or "0"}, count=500, block=block_ms or None),
+        )
         for _stream, rows in reply or []:
             for seq, fields in rows:
                 event = gateway_pb2.RunEvent.FromString(fields[b"e"])

@@ -38,7 +38,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
 
     @grpc_errors
     def ListRuns(self, request: gateway_pb2.ListRunsRequest, context: grpc.ServicerContext) -> Any:
-        return gateway_pb2.ListRunsResponse(runs=self.runs.list())
+        return gateway_pb2.ListRunsResponse(runs=self.runs.all())
 
     @grpc_errors
     def CancelRun(self, request: gateway_pb2.CancelRunRequest, context: grpc.ServicerContext) -> Any:
@@ -91,7 +91,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
 
     @grpc_errors
     def ListInstances(self, request: gateway_pb2.ListInstancesRequest, context: grpc.ServicerContext) -> Any:
-        return gateway_pb2.ListInstancesResponse(instances=self.registry.list(request.service))
+        return gateway_pb2.ListInstancesResponse(instances=self.registry.instances(request.service))
 
     # ---- sync groups ---------------------------------------------------------------------------------
 
@@ -131,10 +131,10 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
 
     @grpc_errors
     def GetStatus(self, request: common_pb2.GetStatusRequest, context: grpc.ServicerContext) -> Any:
-        active = [r for r in self.runs.list() if r.state not in TERMINAL]
+        active = [r for r in self.runs.all() if r.state not in TERMINAL]
         return service_status(
             "gateway",
             self.instance_id,
             state="running" if active else "idle",
-            metrics={"active_runs": len(active), "instances": len(self.registry.list())},
+            metrics={"active_runs": len(active), "instances": len(self.registry.instances())},
         )

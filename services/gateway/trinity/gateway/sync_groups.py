@@ -7,7 +7,7 @@ membership (a member died, an update failed) closes the generation; the next ope
 
 from __future__ import annotations
 
-from typing import get_args
+from typing import cast, get_args
 
 import redis
 
@@ -32,8 +32,12 @@ class SyncGroups:
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
 
+    def _raw(self, key: str) -> bytes | None:
+        # The gateway's Redis client does not decode replies: they are bytes.
+        return cast("bytes | None", self.client.get(key))
+
     def get(self, run_id: str) -> gateway_pb2.SyncGroup:
-        raw = self.client.get(keys.sync_group(run_id))
+        raw = self._raw(keys.sync_group(run_id))
         if raw is None:
             raise NotFound(f"run {run_id!r} has no sync group yet; the trainer opens it")
         return gateway_pb2.SyncGroup.FromString(raw)
@@ -53,7 +57,7 @@ class SyncGroups:
             if getattr(request, field) <= 0:
                 raise InvalidArgument(field, f"must be > 0 (synchronizer.{field})")
         with self.client.lock(keys.lock(request.run_id), timeout=10, blocking_timeout=10):
-            raw = self.client.get(keys.sync_group(request.run_id))
+            raw = self._raw(keys.sync_group(request.run_id))
             generation = gateway_pb2.SyncGroup.FromString(raw).generation + 1 if raw else 1
             group = gateway_pb2.SyncGroup(
                 run_id=request.run_id,
@@ -108,7 +112,7 @@ class SyncGroups:
     def close(self, run_id: str, generation: int) -> gateway_pb2.SyncGroup | None:
         """End a generation (member lost or update failed): not ready until the trainer opens a new one."""
         with self.client.lock(keys.lock(run_id), timeout=10, blocking_timeout=10):
-            raw = self.client.get(keys.sync_group(run_id))
+            raw = self._raw(keys.sync_group(run_id))
             if raw is None:
                 return None
             group = gateway_pb2.SyncGroup.FromString(raw)
@@ -122,7 +126,7 @@ class SyncGroups:
     def members_of(self, instance_id: str) -> list[gateway_pb2.SyncGroup]:
         groups = []
         for key in self.client.scan_iter(match=keys.sync_group("*").replace("{*}", "*")):
-            group = gateway_pb2.SyncGroup.FromString(self.client.get(key))
+            group = gateway_pb2.SyncGroup.FromString(cast(bytes, self._raw(key)))  # groups are never deleted
             if any(m.instance_id == instance_id for m in group.members) and group.ready:
                 groups.append(group)
         return groups

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from trinity.trainer.config import TrainerSettings
+from trinity.config import AlgorithmConfig
 
 DATA_KINDS = ("rollout", "sft", "preference")
 Fn = Callable[..., Any]
@@ -55,25 +55,24 @@ class AlgorithmParts:
         return agg_mode(self.policy_loss)
 
 
-def resolve_algorithm(settings: TrainerSettings) -> AlgorithmParts:
-    """Build the parts of preset `settings.algorithm`, applying the settings' overrides."""
+def resolve_algorithm(config: AlgorithmConfig) -> AlgorithmParts:
+    """Build the parts of preset `config.algorithm_type`, applying the section's overrides."""
     import trinity.algorithms as alg
 
-    p = alg.preset(settings.algorithm)
-    over = settings.algorithm_overrides
-    entropy_over = dict(over.get("entropy", {}))
-    if settings.entropy_coef is not None and p.entropy != "none":
-        entropy_over["entropy_coef"] = settings.entropy_coef
-    kl_coef = p.kl_loss_coef if settings.kl_coef is None else settings.kl_coef
+    p = alg.preset(config.algorithm_type)
+    entropy_over = dict(config.entropy)
+    if config.entropy_coef is not None and p.entropy != "none":
+        entropy_over["entropy_coef"] = config.entropy_coef
+    kl_coef = p.kl_loss_coef if config.kl_coef is None else config.kl_coef
     kl_coef = float(kl_coef) if p.kl_loss != "none" else 0.0
     # A zero KL weight makes the reference model dead weight (a whole extra forward pass); skip it.
     needs_reference = p.needs_reference and (kl_coef > 0 or p.kl_penalty != "none" or p.data_kind == "preference")
     return AlgorithmParts(
         data_kind=p.data_kind,
-        policy_loss=p.build_policy_loss(**over.get("policy_loss", {})),
-        advantage=p.build_advantage(**over.get("advantage", {})),
+        policy_loss=p.build_policy_loss(**config.policy_loss),
+        advantage=p.build_advantage(**config.advantage),
         entropy=p.build_entropy(**entropy_over) if p.entropy != "none" else None,
-        value_loss=p.build_value_loss(**over.get("value_loss", {})),
+        value_loss=p.build_value_loss(**config.value_loss),
         kl=p.build_kl_loss() if p.kl_loss != "none" else None,
         kl_coef=kl_coef,
         kl_penalty=p.kl_penalty if p.kl_penalty != "none" else None,

@@ -1,7 +1,7 @@
 """The interface a training backend offers the Trainer service, and the registry that picks one by name.
 
 The service (gRPC, Buffer reading, weight sync) only talks to this protocol, so a Megatron backend can
-be registered next to the PyTorch one and chosen by `TrainerSettings.backend`.
+be registered next to the PyTorch one and chosen by `trainer.backend` in the run config.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from trinity.trainer.config import TrainerSettings
+from trinity.config import RunConfig
+from trinity.registry import Registry
 from trinity.v1 import common_pb2
 
 
@@ -21,6 +22,11 @@ class TrainerBackend(Protocol):
     @property
     def model_version(self) -> int:
         """Version of the current weights: the number of committed train steps (plus the start version)."""
+        ...
+
+    @property
+    def step(self) -> int:
+        """Train steps done (restored by `load_checkpoint`)."""
         ...
 
     def train_step(self, experiences: Sequence[common_pb2.Experience]) -> dict[str, float]:
@@ -38,29 +44,13 @@ class TrainerBackend(Protocol):
     def save_hf(self, out_dir: str | Path) -> Path: ...
 
 
-BackendFactory = Callable[[TrainerSettings], TrainerBackend]
-BACKENDS: dict[str, BackendFactory] = {}
+# (the run config, with `model.path` a model directory; where checkpoints go, None = nowhere) -> a backend
+BackendFactory = Callable[[RunConfig, Path | None], TrainerBackend]
+# Each backend's module is imported on first use (megatron's only when a run names it).
+BACKENDS: Registry[BackendFactory] = Registry("trainer_backend")
+register_backend = BACKENDS.register
 
 
-def register_backend(name: str) -> Callable[[BackendFactory], BackendFactory]:
-    def deco(factory: BackendFactory) -> BackendFactory:
-        if name in BACKENDS:
-            raise ValueError(f"trainer backend {name!r} is already registered")
-        BACKENDS[name] = factory
-        return factory
-
-    return deco
-
-
-def build_backend(settings: TrainerSettings) -> TrainerBackend:
-    """The backend named by `settings.backend`, constructed from `settings`."""
-    import trinity.trainer.torch_backend
-
-    if settings.backend == "megatron":
-        import trinity.trainer.megatron  # noqa: F401  (registers "megatron"; imports megatron-core)
-
-    try:
-        factory = BACKENDS[settings.backend]
-    except KeyError:
-        raise ValueError(f"unknown trainer backend {settings.backend!r}; registered: {sorted(BACKENDS)}") from None
-    return factory(settings)
+def build_backend(config: RunConfig, checkpoint_dir: Path | None = None) -> TrainerBackend:
+    """The backend named by `config.trainer.backend`, constructed from the run config."""
+    return BACKENDS.get(config.trainer.backend)(config, checkpoint_dir)

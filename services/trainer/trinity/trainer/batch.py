@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from trinity.config import ModelConfig
 from trinity.v1 import common_pb2
 
 KIND_ROLLOUT = common_pb2.EXPERIENCE_KIND_ROLLOUT
@@ -145,6 +146,11 @@ def _truncate(seq: TokenSequence, max_len: int | None) -> TokenSequence:
         token_rewards=cut(seq.token_rewards),
         teacher_logprobs=cut(seq.teacher_logprobs),
     )
+
+
+def max_seq_len(model: ModelConfig) -> int:
+    """The longest sequence a backend trains on: the prompt and response limits the rollouts had."""
+    return model.max_prompt_tokens + model.max_response_tokens
 
 
 def to_samples(

@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from trinity.config import ExplorerConfig
+
 Head = Callable[[torch.Tensor], torch.Tensor]
 
 
@@ -33,6 +35,11 @@ def _chunk_logprobs(
         with torch.no_grad():
             return token_logp, -(logp.exp() * logp).sum(-1)
     return token_logp, -(logp.exp() * logp).sum(-1)
+
+
+def sampling_temperature(explorer: ExplorerConfig) -> float:
+    """The temperature the rollouts were sampled at, which their log-probs are recomputed under (0, greedy: 1)."""
+    return explorer.temperature or 1.0
 
 
 def chunked_logprobs(

@@ -10,8 +10,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from trinity.config import TorchTrainerConfig
 from trinity.trainer.batch import TokenBatch
-from trinity.trainer.config import LoraSettings
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -34,15 +34,18 @@ def load_tokenizer(path: str | Path) -> Any:
     return tok
 
 
-def apply_lora(model: nn.Module, lora: LoraSettings) -> nn.Module:
-    """Wrap `model` with peft LoRA adapters; only the adapters stay trainable."""
+def apply_lora(model: nn.Module, trainer: TorchTrainerConfig) -> nn.Module:
+    """Wrap `model` with peft LoRA adapters of rank `trainer.lora_rank`; only the adapters stay trainable.
+
+    The exported weights are always merged, full-rank tensors (`weights.named_weights`).
+    """
     from peft import LoraConfig, get_peft_model
 
     cfg = LoraConfig(
-        r=lora.rank,
-        lora_alpha=lora.alpha,
-        lora_dropout=lora.dropout,
-        target_modules=list(lora.target_modules),
+        r=trainer.lora_rank,
+        lora_alpha=trainer.lora_alpha if trainer.lora_alpha is not None else 2.0 * trainer.lora_rank,
+        lora_dropout=trainer.lora_dropout,
+        target_modules=list(trainer.lora_target_modules),
         task_type="CAUSAL_LM",
     )
     return get_peft_model(model, cfg)

@@ -5,6 +5,10 @@ advantages) and returns `objective(micro, mini) -> (scaled_loss, metrics, weight
 scaled by the micro-batch's share of the mini-batch *under that term's own aggregation* (`share`), so
 summing `backward()` over micro-batches gives exactly the gradient of the mini-batch loss in one pass.
 
+The objective computes no forward pass itself: it asks the backend through `PolicyForward`, which the
+PyTorch backend (`torch_backend.TorchBackend`) and the Megatron engine (`megatron.engine.MegatronForward`)
+both implement, so the two train with the same loss terms and the same micro-batch scaling.
+
 Rows: a rollout or SFT sample is one row; a preference sample is two adjacent rows (chosen, rejected),
 the layout the library's `dpo` loss expects.
 """
@@ -12,19 +16,49 @@ the layout the library's `dpo` loss expects.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal, NamedTuple, Protocol
 
 import torch
 
 from trinity.algorithms import agg_loss, apply_kl_penalty, masked_mean, outcome_token_rewards
-from trinity.trainer.algorithm import agg_mode
+from trinity.trainer.algorithm import AlgorithmParts, agg_mode
 from trinity.trainer.batch import Sample, TokenBatch, TokenSequence, collate
-
-if TYPE_CHECKING:
-    from trinity.trainer.torch_backend import TorchBackend
 
 MicroObjective = Callable[[list[int], list[int]], tuple[torch.Tensor, dict[str, float], float]]
 PAIR_MEAN = "pair-mean"  # DPO: the mean over (chosen, rejected) pairs
+ForwardModel = Literal["policy", "reference", "critic"]
+
+
+class PolicyForward(Protocol):
+    """The forward passes the objective asks a backend for; the backend owns the models."""
+
+    @property
+    def pad_id(self) -> int:
+        """The token that pads rows."""
+        ...
+
+    @property
+    def pack_budget(self) -> int | None:
+        """Row budget of shared-prompt rows (`collate`) for the objective's micro-batches; None = one row each."""
+        ...
+
+    def logprobs(self, batch: TokenBatch, *, with_entropy: bool | str = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Policy log-probs and entropies `[rows, resp]` of `batch`'s response tokens, with grad.
+
+        `with_entropy`: False (zeros), True, or "detached" (values without a graph)."""
+        ...
+
+    def forward_rows(self, rows: list[TokenSequence], model: ForwardModel) -> torch.Tensor:
+        """No grad, over all `rows` in token-budget micro-batches: `[rows, max_resp]` log-probs under the
+        policy or the frozen reference, or the critic's values."""
+        ...
+
+
+class CriticTerm(NamedTuple):
+    """PPO's value model in the loss: `values(batch)` `[rows, resp]` with grad, weighted by `coef`."""
+
+    values: Callable[[TokenBatch], torch.Tensor]
+    coef: float
 
 
 def share(mode: str, mb_mask: torch.Tensor, mini_mask: torch.Tensor, fixed_norm: bool = False) -> float:
@@ -54,11 +88,22 @@ def _rows_of(samples: list[Sample]) -> tuple[list[TokenSequence], list[list[int]
     return rows, index
 
 
-def build_objective(backend: TorchBackend, samples: list[Sample]) -> tuple[MicroObjective, dict[str, float]]:
-    alg = backend.algorithm
-    settings = backend.settings
+def build_objective(
+    forward: PolicyForward,
+    alg: AlgorithmParts,
+    samples: list[Sample],
+    *,
+    step: int,
+    recompute_old_logprobs: bool = False,
+    critic: CriticTerm | None = None,
+) -> tuple[MicroObjective, dict[str, float]]:
+    """The objective of one train step on `samples` (the policy's `step`-th update), and its batch metrics.
+
+    Old log-probs are the sampler's unless a row lacks them or `recompute_old_logprobs` is set; then
+    the policy's own, before the step's first update.
+    """
     rows, row_index = _rows_of(samples)
-    full = collate(rows, backend.pad_id)
+    full = collate(rows, forward.pad_id)
     mask = full.mask
     expert_rows = torch.tensor([s.expert for s, idx in zip(samples, row_index, strict=True) for _ in idx])
     lengths = torch.tensor([len(r.response) for r in rows])
@@ -70,20 +115,16 @@ def build_objective(backend: TorchBackend, samples: list[Sample]) -> tuple[Micro
     def rows_for(idx: list[int]) -> list[int]:
         return [r for i in idx for r in row_index[i]]
 
-    def policy_pass(model: torch.nn.Module) -> Callable[[TokenBatch], torch.Tensor]:
-        return lambda mb: backend.token_logprobs(model, mb)[0]
-
-    ref = backend.forward_rows(rows, backend.reference_pass()) if backend.reference is not None else None
-    critic = backend.critic
+    ref = forward.forward_rows(rows, "reference") if alg.needs_reference else None
     old: torch.Tensor | None = None
     values = returns = advantages = None
     if alg.data_kind == "rollout":
-        if any(r.old_logprobs is None for r in rows) or settings.recompute_old_logprobs:
-            old = backend.forward_rows(rows, policy_pass(backend.policy))
+        if any(r.old_logprobs is None for r in rows) or recompute_old_logprobs:
+            old = forward.forward_rows(rows, "policy")
         else:
             old = full.old_logprobs
         if critic is not None:
-            values = backend.forward_rows(rows, critic)
+            values = forward.forward_rows(rows, "critic")
         rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
         token_rewards = full.token_rewards
         if alg.kl_penalty is not None and ref is not None and old is not None:
@@ -124,7 +165,7 @@ def build_objective(backend: TorchBackend, samples: list[Sample]) -> tuple[Micro
 
     def objective(micro: list[int], mini: list[int]) -> tuple[torch.Tensor, dict[str, float], float]:
         mb_rows, mini_rows = rows_for(micro), rows_for(mini)
-        mb = collate([rows[r] for r in mb_rows], backend.pad_id, backend.pack_budget)
+        mb = collate([rows[r] for r in mb_rows], forward.pad_id, forward.pack_budget)
         width = mb.mask.shape[1]
         mini_mask = mask[mini_rows, : max(int(lengths[mini_rows].max()), 1)]
 
@@ -134,7 +175,7 @@ def build_objective(backend: TorchBackend, samples: list[Sample]) -> tuple[Micro
         def part(mode: str) -> float:
             return share(mode, mb.mask, mini_mask, fixed_norm)
 
-        logp, entropy = backend.token_logprobs(backend.policy, mb, with_entropy=entropy_mode)
+        logp, entropy = forward.logprobs(mb, with_entropy=entropy_mode)
         loss, m = alg.policy_loss(
             logprobs=logp,
             old_logprobs=sl(old) if old is not None else logp.detach(),
@@ -142,7 +183,7 @@ def build_objective(backend: TorchBackend, samples: list[Sample]) -> tuple[Micro
             mask=mb.mask,
             ref_logprobs=sl(ref),
             expert_mask=expert_rows[mb_rows],
-            step=backend.step,
+            step=step,
         )
         metrics = {k: float(v) for k, v in m.items()}
         metrics["entropy"] = float(masked_mean(entropy.detach(), mb.mask))
@@ -160,9 +201,9 @@ def build_objective(backend: TorchBackend, samples: list[Sample]) -> tuple[Micro
                 total = total + kl_loss * part(alg.loss_agg_mode)
                 metrics["kl_loss"] = float(kl_loss.detach())
         if critic is not None and alg.value_loss is not None:
-            v_new = critic(mb)
+            v_new = critic.values(mb)
             v_loss, vm = alg.value_loss(values=v_new, old_values=sl(values), returns=sl(returns), mask=mb.mask)
-            total = total + settings.value_loss_coef * v_loss * part(agg_mode(alg.value_loss))
+            total = total + critic.coef * v_loss * part(agg_mode(alg.value_loss))
             metrics.update({k: float(v) for k, v in vm.items()})
             metrics["value/mean"] = float(masked_mean(v_new.detach(), mb.mask))
         metrics["loss/total"] = float(total.detach()) / w if w else 0.0

@@ -12,18 +12,12 @@ from collections.abc import Callable, Iterable
 import torch
 
 from trinity.config import OptimizerSection
+from trinity.registry import Registry
 
 Schedule = Callable[[int], float]
 ScheduleFactory = Callable[[OptimizerSection, int], Schedule]
-SCHEDULES: dict[str, ScheduleFactory] = {}
-
-
-def register_schedule(name: str) -> Callable[[ScheduleFactory], ScheduleFactory]:
-    def deco(fn: ScheduleFactory) -> ScheduleFactory:
-        SCHEDULES[name] = fn
-        return fn
-
-    return deco
+SCHEDULES: Registry[ScheduleFactory] = Registry("lr_schedule")
+register_schedule = SCHEDULES.register
 
 
 def _warmup_factor(step: int, warmup: int) -> float:
@@ -61,7 +55,5 @@ def build_optimizer(
     optimizer = torch.optim.AdamW(
         list(param_groups), lr=opt.lr, betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay, fused=True
     )
-    if opt.schedule not in SCHEDULES:
-        raise ValueError(f"unknown schedule {opt.schedule!r}; registered: {sorted(SCHEDULES)}")
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, SCHEDULES[opt.schedule](opt, total_steps))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, SCHEDULES.get(opt.schedule)(opt, total_steps))
     return optimizer, scheduler

@@ -19,9 +19,8 @@ from trinity.models import resolve_model_path
 from trinity.runtime.logging import get_logger
 from trinity.runtime.run_host import ReportingRunner
 from trinity.trainer.backend import TrainerBackend, build_backend
-from trinity.trainer.config import LoraSettings, OptimizerSettings, TrainerSettings
 from trinity.trainer.weight_publisher import WeightPublisher
-from trinity.v1 import common_pb2
+from trinity.v1 import common_pb2, explorer_pb2
 
 log = get_logger(__name__)
 
@@ -31,52 +30,10 @@ def run_dir(config: RunConfig, run_id: str) -> Path:
     return Path(root) / run_id
 
 
-def trainer_settings(config: RunConfig, model_path: str, checkpoint_dir: Path) -> TrainerSettings:
-    """The shared run config, seen from the training backend."""
-    alg, tr = config.algorithm, config.trainer
-    overrides = {
-        part: dict(values)
-        for part, values in (
-            ("advantage", alg.advantage),
-            ("policy_loss", alg.policy_loss),
-            ("entropy", alg.entropy),
-            ("value_loss", alg.value_loss),
-        )
-        if values
-    }
-    opt = tr.optimizer
-    return TrainerSettings(
-        backend=tr.backend,
-        model_path=model_path,
-        dtype=config.model.dtype,
-        algorithm=alg.algorithm_type,
-        algorithm_overrides=overrides,
-        kl_coef=alg.kl_coef,
-        entropy_coef=alg.entropy_coef,
-        lora=LoraSettings(rank=tr.lora_rank, alpha=2.0 * tr.lora_rank) if tr.lora_rank else None,
-        optimizer=OptimizerSettings(
-            lr=opt.lr,
-            weight_decay=opt.weight_decay,
-            schedule=opt.schedule,
-            warmup_steps=opt.warmup_steps,
-            total_steps=max(config.buffer.total_steps, opt.warmup_steps + 1),
-            min_lr_ratio=opt.min_lr_ratio,
-            max_grad_norm=opt.max_grad_norm,
-        ),
-        micro_batch_tokens=tr.micro_batch_tokens,
-        share_prompts=tr.share_prompts,
-        mini_batch_size=tr.mini_batch_size,
-        ppo_epochs=tr.ppo_epochs,
-        logprob_temperature=config.explorer.temperature or 1.0,
-        max_staleness=config.synchronizer.max_staleness,
-        max_seq_len=config.model.max_prompt_tokens + config.model.max_response_tokens,
-        gradient_checkpointing=tr.gradient_checkpointing,
-        autocast=tr.autocast,
-        tensor_parallel_size=tr.tensor_parallel_size,
-        pipeline_parallel_size=tr.pipeline_parallel_size,
-        checkpoint_dir=str(checkpoint_dir),
-        save_interval=tr.save_interval,
-        seed=config.seed,
+def with_model_dir(config: RunConfig) -> RunConfig:
+    """The run config with `model.path` resolved to a model directory (`smollm2` is converted once)."""
+    return config.model_copy(
+        update={"model": config.model.model_copy(update={"path": resolve_model_path(config.model.path)})}
     )
 
 
@@ -115,10 +72,10 @@ class TrainerRunner(ReportingRunner):
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self, reason: str = "") -> None:
-        """`input exhausted` drains what is already in the stream; anything else stops after this step."""
-        log.info("trainer.stopping", run_id=self.run_id, reason=reason)
-        if reason == "input exhausted":
+    def stop(self, reason: explorer_pb2.StopReason.ValueType, detail: str = "") -> None:
+        """Input exhausted: drain what is already in the stream; any other reason: stop after this step."""
+        log.info("trainer.stopping", run_id=self.run_id, reason=explorer_pb2.StopReason.Name(reason), detail=detail)
+        if reason == explorer_pb2.STOP_REASON_INPUT_EXHAUSTED:
             self._drain.set()
         else:
             self._stop.set()
@@ -128,7 +85,7 @@ class TrainerRunner(ReportingRunner):
 
     @property
     def step(self) -> int:
-        return self.backend.step if self.backend is not None else 0  # type: ignore[attr-defined]
+        return self.backend.step if self.backend is not None else 0
 
     @property
     def model_version(self) -> int:
@@ -140,7 +97,7 @@ class TrainerRunner(ReportingRunner):
         try:
             final = self._run()
             self.state = "finished"
-            self._report("finished", message=str(final))
+            self._report("finished", message=f"final model: {final}", final_model_path=str(final))
         except Exception as err:
             log.exception("trainer.failed", run_id=self.run_id)
             self.state = "failed"
@@ -157,8 +114,7 @@ class TrainerRunner(ReportingRunner):
             import torch
 
             torch.set_num_threads(threads)
-        settings = trainer_settings(cfg, resolve_model_path(cfg.model.path), self.stage_dir / "checkpoints")
-        self.backend = build_backend(settings)
+        self.backend = build_backend(with_model_dir(cfg), self.stage_dir / "checkpoints")
         self._resume()
         self.state = "running"
         if cfg.mode == "both":

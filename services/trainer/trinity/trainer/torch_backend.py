@@ -2,7 +2,11 @@
 
 One `train_step` = filter the batch -> tokenize/pad -> (reference log-probs, values, advantages) ->
 for each PPO epoch and mini-batch: micro-batches under a token budget, gradient accumulation,
-clip, optimizer update. The objective (all data kinds) lives in `objectives.py`; this file is the loop.
+clip, optimizer update. The objective (all data kinds) lives in `objectives.py` and asks this backend
+for its forward passes through `PolicyForward`; this file is the loop and those passes.
+
+It reads the run config where it lands: `config.trainer` (a `TorchTrainerConfig`), `config.model`,
+`config.algorithm`, and the run-wide seed, length, staleness bound and sampling temperature.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from trinity.config import RunConfig, TorchTrainerConfig
 from trinity.trainer import checkpoint as ckpt
 from trinity.trainer.algorithm import AlgorithmParts, resolve_algorithm
 from trinity.trainer.backend import register_backend
@@ -24,11 +29,11 @@ from trinity.trainer.batch import (
     TokenSequence,
     collate,
     filter_experiences,
+    max_seq_len,
     plan_micro_batches,
     to_samples,
 )
-from trinity.trainer.config import TrainerSettings
-from trinity.trainer.logprobs import chunked_logprobs
+from trinity.trainer.logprobs import chunked_logprobs, sampling_temperature
 from trinity.trainer.models import (
     ReferencePolicy,
     ValueModel,
@@ -38,40 +43,49 @@ from trinity.trainer.models import (
     load_tokenizer,
     response_hidden,
 )
-from trinity.trainer.objectives import MicroObjective, build_objective
+from trinity.trainer.objectives import CriticTerm, ForwardModel, MicroObjective, PolicyForward, build_objective
 from trinity.trainer.optim import build_optimizer
 from trinity.trainer.weights import named_weights, save_hf
 from trinity.v1 import common_pb2
 
 
-class TorchBackend:
-    """See `TrainerBackend`. `algorithm` may be given directly (tests, custom algorithms)."""
+class TorchBackend(PolicyForward):
+    """See `TrainerBackend`. `config.model.path` is a model directory (the runner resolves `smollm2`);
+    checkpoints go to `checkpoint_dir`. `algorithm` may be given directly (tests, custom algorithms)."""
 
-    def __init__(self, settings: TrainerSettings, algorithm: AlgorithmParts | None = None) -> None:
-        self.settings = settings
-        self.algorithm = algorithm or resolve_algorithm(settings)
-        torch.manual_seed(settings.seed)
-        self.generator = torch.Generator().manual_seed(settings.seed)
-        self.hf_tokenizer = load_tokenizer(settings.model_path)
+    def __init__(
+        self, config: RunConfig, checkpoint_dir: Path | None = None, algorithm: AlgorithmParts | None = None
+    ) -> None:
+        if not isinstance(config.trainer, TorchTrainerConfig):
+            raise ValueError(f"TorchBackend needs trainer.backend 'torch', got {config.trainer.backend!r}")
+        if config.trainer.save_interval and checkpoint_dir is None:
+            raise ValueError("trainer.save_interval needs a checkpoint directory")
+        self.config = config
+        self.trainer: TorchTrainerConfig = config.trainer
+        self.checkpoint_dir = checkpoint_dir
+        self.algorithm = algorithm or resolve_algorithm(config.algorithm)
+        self.max_seq_len = max_seq_len(config.model)
+        self.temperature = sampling_temperature(config.explorer)
+        torch.manual_seed(config.seed)
+        self.generator = torch.Generator().manual_seed(config.seed)
+        path, dtype = config.model.path, config.model.dtype
+        self.hf_tokenizer = load_tokenizer(path)
         self.tokenizer = Tokenizer(self.hf_tokenizer)
-        self.pad_id = int(self.hf_tokenizer.pad_token_id)
+        self._pad_id = int(self.hf_tokenizer.pad_token_id)
 
-        model = load_causal_lm(settings.model_path, settings.dtype)
-        if settings.gradient_checkpointing:
+        model = load_causal_lm(path, dtype)
+        if self.trainer.gradient_checkpointing:
             model.gradient_checkpointing_enable()
-        self.policy: nn.Module = apply_lora(model, settings.lora) if settings.lora else model
-        self.reference = (
-            ReferencePolicy(settings.model_path, settings.dtype, self.policy, settings.lora is not None)
-            if self.algorithm.needs_reference
-            else None
-        )
-        self.critic = ValueModel(settings.model_path, settings.dtype) if self.algorithm.needs_critic else None
+        lora = self.trainer.lora_rank > 0
+        self.policy: nn.Module = apply_lora(model, self.trainer) if lora else model
+        self.reference = ReferencePolicy(path, dtype, self.policy, lora) if self.algorithm.needs_reference else None
+        self.critic = ValueModel(path, dtype) if self.algorithm.needs_critic else None
 
-        opt = settings.optimizer
+        opt = self.trainer.optimizer
         groups = [{"params": [p for p in self.policy.parameters() if p.requires_grad], "lr": opt.lr}]
         if self.critic is not None:
             groups.append({"params": list(self.critic.parameters()), "lr": opt.critic_lr or opt.lr})
-        self.optimizer, self.scheduler = build_optimizer(groups, opt)
+        self.optimizer, self.scheduler = build_optimizer(groups, opt, config.buffer.total_steps)
         self.state = ckpt.TrainState()
         self._consumed: set[str] = set()
 
@@ -85,9 +99,12 @@ class TorchBackend:
         return self.state.step
 
     @property
+    def pad_id(self) -> int:
+        return self._pad_id
+
+    @property
     def pack_budget(self) -> int | None:
-        """Row budget for shared-prompt rows (`collate`), None when prompts are not shared."""
-        return self.settings.micro_batch_tokens if self.settings.share_prompts else None
+        return self.trainer.micro_batch_tokens if self.trainer.share_prompts else None
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         return named_weights(self.policy)
@@ -96,9 +113,9 @@ class TorchBackend:
         return save_hf(self.policy, self.hf_tokenizer, out_dir)
 
     def save_checkpoint(self, path: str | Path | None = None) -> Path:
-        root = path or self.settings.checkpoint_dir
+        root = path or self.checkpoint_dir
         if root is None:
-            raise ValueError("no checkpoint path given and settings.checkpoint_dir is not set")
+            raise ValueError("no checkpoint path given and the backend has no checkpoint directory")
         return ckpt.save(
             root,
             policy=self.policy,
@@ -107,7 +124,7 @@ class TorchBackend:
             scheduler=self.scheduler,
             generator=self.generator,
             state=self.state,
-            keep=self.settings.keep_checkpoints,
+            keep=self.trainer.keep_checkpoints,
         )
 
     def load_checkpoint(self, path: str | Path) -> None:
@@ -122,8 +139,38 @@ class TorchBackend:
         self._consumed = set(self.state.consumed_ids)
 
     # ----------------------------------------------------------------------------- forward passes
-    def token_logprobs(
-        self, model: nn.Module, batch: TokenBatch, *, with_entropy: bool | str = False
+    def logprobs(self, batch: TokenBatch, *, with_entropy: bool | str = False) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._token_logprobs(self.policy, batch, with_entropy)
+
+    @torch.no_grad()
+    def forward_rows(self, rows: list[TokenSequence], model: ForwardModel) -> torch.Tensor:
+        run = self._row_pass(model)
+        width = max(max(len(r.response) for r in rows), 1)
+        out = torch.zeros((len(rows), width), dtype=torch.float32)
+        units = [Sample(id="", chosen=r) for r in rows]
+        for idx in plan_micro_batches(units, self.trainer.micro_batch_tokens, self.trainer.share_prompts):
+            mb = collate([rows[i] for i in idx], self.pad_id, self.pack_budget)
+            out[idx, : mb.mask.shape[1]] = run(mb).float()
+        return out
+
+    def _row_pass(self, model: ForwardModel) -> Callable[[TokenBatch], torch.Tensor]:
+        """`[rows, resp]` of one micro-batch under `model`."""
+        if model == "critic":
+            assert self.critic is not None
+            return self.critic
+        if model == "policy":
+            return lambda mb: self._token_logprobs(self.policy, mb, False)[0]
+        assert self.reference is not None
+        reference = self.reference
+
+        def run(mb: TokenBatch) -> torch.Tensor:
+            with reference.active() as ref:
+                return self._token_logprobs(ref, mb, False)[0]
+
+        return run
+
+    def _token_logprobs(
+        self, model: nn.Module, batch: TokenBatch, with_entropy: bool | str
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probs and entropy `[rows, resp]` of `batch`'s response tokens under `model`.
 
@@ -131,52 +178,30 @@ class TorchBackend:
         log-softmax stay in fp32 (the log-softmax upcasts its logits).
         """
         device = next(model.parameters()).device.type
-        with torch.autocast(device, dtype=torch.bfloat16, enabled=self.settings.autocast == "bfloat16"):
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=self.trainer.autocast == "bfloat16"):
             hidden, head = response_hidden(model, batch)
             return chunked_logprobs(
                 head,
                 hidden,
                 batch.targets,
-                chunk_size=self.settings.logprob_chunk_size,
-                temperature=self.settings.logprob_temperature,
+                chunk_size=self.trainer.logprob_chunk_size,
+                temperature=self.temperature,
                 with_entropy=with_entropy,
             )
-
-    @torch.no_grad()
-    def forward_rows(self, rows: list[TokenSequence], fn: Callable[[TokenBatch], torch.Tensor]) -> torch.Tensor:
-        """Apply `fn` (no grad) to token-budget micro-batches of `rows`; returns `[rows, max_resp]`."""
-        width = max(max(len(r.response) for r in rows), 1)
-        out = torch.zeros((len(rows), width), dtype=torch.float32)
-        units = [Sample(id="", chosen=r) for r in rows]
-        for idx in plan_micro_batches(units, self.settings.micro_batch_tokens, self.settings.share_prompts):
-            mb = collate([rows[i] for i in idx], self.pad_id, self.pack_budget)
-            out[idx, : mb.mask.shape[1]] = fn(mb).float()
-        return out
-
-    def reference_pass(self) -> Callable[[TokenBatch], torch.Tensor]:
-        """Reference log-probs `[rows, resp]` of a micro-batch."""
-        assert self.reference is not None
-        reference = self.reference
-
-        def run(mb: TokenBatch) -> torch.Tensor:
-            with reference.active() as ref:
-                return self.token_logprobs(ref, mb)[0]
-
-        return run
 
     # ----------------------------------------------------------------------------- the step
     def filter_batch(
         self, experiences: Sequence[common_pb2.Experience]
     ) -> tuple[list[common_pb2.Experience], dict[str, float]]:
         """Drop failed, duplicate (already trained) and too-stale experiences, counting each."""
-        return filter_experiences(experiences, self._consumed, self.step, self.settings.max_staleness)
+        return filter_experiences(experiences, self._consumed, self.step, self.config.synchronizer.max_staleness)
 
     def train_step(self, experiences: Sequence[common_pb2.Experience]) -> dict[str, float]:
         start = time.perf_counter()
         kept, metrics = self.filter_batch(experiences)
         if not kept:
             return {**metrics, "skipped": 1.0, "step": float(self.step)}
-        samples = to_samples(kept, self.tokenizer, max_seq_len=self.settings.max_seq_len)
+        samples = to_samples(kept, self.tokenizer, max_seq_len=self.max_seq_len)
         staleness = [self.step - s.model_version for s in samples]
         metrics.update({"staleness/mean": sum(staleness) / len(staleness), "staleness/max": float(max(staleness))})
 
@@ -190,7 +215,7 @@ class TorchBackend:
         self.state.consumed_ids.extend(new_ids)
         self._consumed.update(new_ids)
         seconds = time.perf_counter() - start
-        tokens = sum(seq.length for s in samples for seq in s.sequences) * self.settings.ppo_epochs
+        tokens = sum(seq.length for s in samples for seq in s.sequences) * self.trainer.ppo_epochs
         metrics.update(
             {
                 "step": float(self.step),
@@ -201,13 +226,13 @@ class TorchBackend:
                 "step_seconds": seconds,
             }
         )
-        interval = self.settings.save_interval
+        interval = self.trainer.save_interval
         if interval and self.step % interval == 0:
             self.save_checkpoint()
         return metrics
 
     def _mini_batches(self, n: int) -> list[list[int]]:
-        size = self.settings.mini_batch_size or n
+        size = self.trainer.mini_batch_size or n
         if size >= n:
             return [list(range(n))]
         order = torch.randperm(n, generator=self.generator).tolist()
@@ -220,7 +245,7 @@ class TorchBackend:
         norms: list[float] = []
         lr = self.scheduler.get_last_lr()[0]
         self.policy.train()
-        for _ in range(self.settings.ppo_epochs):
+        for _ in range(self.trainer.ppo_epochs):
             for mini in self._mini_batches(len(samples)):
                 self.optimizer.zero_grad(set_to_none=True)
                 self._accumulate(samples, objective, mini, sums, weights)
@@ -239,7 +264,7 @@ class TorchBackend:
     ) -> None:
         """Backward over the token-budget micro-batches of one mini-batch; grads sum in `.grad`."""
         sub = [samples[i] for i in mini]
-        for local in plan_micro_batches(sub, self.settings.micro_batch_tokens, self.settings.share_prompts):
+        for local in plan_micro_batches(sub, self.trainer.micro_batch_tokens, self.trainer.share_prompts):
             micro = [mini[j] for j in local]
             loss, m, w = objective(micro, mini)
             loss.backward()
@@ -249,7 +274,7 @@ class TorchBackend:
 
     def compute_gradients(self, experiences: Sequence[common_pb2.Experience]) -> dict[str, float]:
         """Leave the gradient of the whole batch's loss in `.grad` without an update (diagnostics, tests)."""
-        samples = to_samples(experiences, self.tokenizer, max_seq_len=self.settings.max_seq_len)
+        samples = to_samples(experiences, self.tokenizer, max_seq_len=self.max_seq_len)
         objective, _ = self._objective(samples)
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {}
@@ -258,10 +283,18 @@ class TorchBackend:
         return {k: sums[k] / weights[k] for k in sums if weights[k] > 0}
 
     def _objective(self, samples: list[Sample]) -> tuple[MicroObjective, dict[str, float]]:
-        return build_objective(self, samples)
+        critic = CriticTerm(self.critic, self.trainer.value_loss_coef) if self.critic is not None else None
+        return build_objective(
+            self,
+            self.algorithm,
+            samples,
+            step=self.step,
+            recompute_old_logprobs=self.trainer.recompute_old_logprobs,
+            critic=critic,
+        )
 
     def _clip_and_step(self) -> float:
-        max_norm = self.settings.optimizer.max_grad_norm
+        max_norm = self.trainer.optimizer.max_grad_norm
         params = [p for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
         policy = [p for p in self.optimizer.param_groups[0]["params"] if p.grad is not None]
         norm = torch.nn.utils.clip_grad_norm_(policy, max_norm if max_norm is not None else float("inf"))
@@ -275,8 +308,8 @@ class TorchBackend:
 
 
 @register_backend("torch")
-def _build(settings: TrainerSettings) -> TorchBackend:
-    return TorchBackend(settings)
+def _build(config: RunConfig, checkpoint_dir: Path | None) -> TorchBackend:
+    return TorchBackend(config, checkpoint_dir)
 
 
 __all__ = ["TorchBackend", "causal_lm"]

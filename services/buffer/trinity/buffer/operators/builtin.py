@@ -1,4 +1,8 @@
-"""The built-in operators (Trinity-RFT's reward filters, DAPO's dynamic sampling, shaping, pass rates)."""
+"""The built-in operators (Trinity-RFT's reward filters, DAPO's dynamic sampling, shaping).
+
+Pass rates are not an operator: the explorer reports them when it completes its leases
+(`CompleteTasks`), the one writer of the curriculum's input.
+"""
 
 from __future__ import annotations
 
@@ -53,25 +57,6 @@ def reward_shaping(experiences: Experiences, ctx: OperatorContext, **weights: fl
         values["reward"] = raw
         e.reward_components["raw_reward"] = raw
         e.reward = bias + sum(w * values.get(name, 0.0) for name, w in weights.items())
-    return experiences
-
-
-@register_operator("pass_rate")
-def pass_rate(experiences: Experiences, ctx: OperatorContext, threshold: float = 1.0) -> Experiences:
-    """Report each task's pass rate (share of samples with reward >= threshold) to the curriculum.
-
-    Observes only: keeps every experience.
-    """
-    per_task: dict[tuple[str, str], list[bool]] = defaultdict(list)
-    for e in experiences:
-        if e.taskset and e.task_id and not e.failed:
-            per_task[(e.taskset, e.task_id)].append(e.reward >= threshold)
-    if ctx.pass_rates is not None:
-        by_taskset: dict[str, dict[str, tuple[float, int]]] = defaultdict(dict)
-        for (taskset, task_id), passed in per_task.items():
-            by_taskset[taskset][task_id] = (sum(passed) / len(passed), len(passed))
-        for taskset, rates in by_taskset.items():
-            ctx.pass_rates.report_pass_rates(taskset, rates)
     return experiences
 
 

@@ -5,21 +5,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from trinity.config import OperatorConfig
+from trinity.registry import Registry
 from trinity.v1 import common_pb2
-
-
-class PassRateSink(Protocol):
-    def report_pass_rates(self, taskset: str, rates: dict[str, tuple[float, int]]) -> None: ...
 
 
 @dataclass
 class OperatorContext:
-    """What an operator may reach besides the batch: where pass rates go (the task sets)."""
-
-    pass_rates: PassRateSink | None = None
+    """What an operator may reach besides the batch: nothing yet; the slot keeps the operator signature stable."""
 
 
 @dataclass
@@ -29,28 +23,8 @@ class OperatorResult:
 
 
 Operator = Callable[..., list[common_pb2.Experience]]
-_OPERATORS: dict[str, Operator] = {}
-
-
-def register_operator(name: str) -> Callable[[Operator], Operator]:
-    def decorate(fn: Operator) -> Operator:
-        if name in _OPERATORS:
-            raise ValueError(f"operator {name!r} is already registered")
-        _OPERATORS[name] = fn
-        return fn
-
-    return decorate
-
-
-def known_operators() -> list[str]:
-    return sorted(_OPERATORS)
-
-
-def get_operator(name: str) -> Operator:
-    try:
-        return _OPERATORS[name]
-    except KeyError:
-        raise KeyError(f"unknown operator {name!r}; known: {', '.join(known_operators())}") from None
+OPERATORS: Registry[Operator] = Registry("operator")
+register_operator = OPERATORS.register
 
 
 def apply_operators(
@@ -62,7 +36,7 @@ def apply_operators(
     kept = list(experiences)
     dropped: Counter[str] = Counter()
     for spec in operators:
-        fn = get_operator(spec.name)
+        fn = OPERATORS.get(spec.name)
         before = len(kept)
         kept = fn(kept, ctx, **spec.params, **spec.options)
         if len(kept) < before:
@@ -74,7 +48,7 @@ def validate_operator(spec: OperatorConfig) -> None:
     """Fail at stream creation, not at the first Put, when params do not fit the operator."""
     import inspect
 
-    fn = get_operator(spec.name)
+    fn = OPERATORS.get(spec.name)
     try:
         inspect.signature(fn).bind([], OperatorContext(), **spec.params, **spec.options)
     except TypeError as err:

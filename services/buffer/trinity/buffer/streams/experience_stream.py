@@ -11,6 +11,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TypedDict, cast
 
 import redis
 
@@ -19,6 +20,20 @@ from trinity.buffer.operators import OperatorContext, apply_operators
 from trinity.buffer.streams import resp, scripts
 from trinity.config import StreamConfig
 from trinity.v1 import common_pb2
+
+
+class StreamStats(TypedDict):
+    """The fields of `trinity.v1.StreamStats`: counters since creation and the group's state now."""
+
+    length: int
+    pending: int
+    lag: int
+    consumers: int
+    dead_letters: int
+    put: int
+    delivered: int
+    acked: int
+    dropped: dict[str, int]
 
 
 @dataclass
@@ -96,7 +111,7 @@ class ExperienceStream:
         if not kept:
             return result
         if payloads is None:
-            payloads = [e.SerializeToString(deterministic=True) for e in kept]  # type: ignore[assignment]
+            payloads = [e.SerializeToString(deterministic=True) for e in kept]
         appended = None if self.config.priority_replay.enabled else self._append_optimistic(kept, payloads)
         if appended is None:
             appended = self._append_scripted(kept, payloads)
@@ -294,7 +309,15 @@ class ExperienceStream:
     def ack(self, entry_ids: Sequence[str]) -> int:
         if not entry_ids or self.config.priority_replay.enabled:
             return 0
-        command = ("EVAL", scripts.ACK, 2, self.keys.stream, self.keys.stats, self.config.group, *entry_ids)
+        command: resp.Command = (
+            "EVAL",
+            scripts.ACK,
+            2,
+            self.keys.stream,
+            self.keys.stats,
+            self.config.group,
+            *entry_ids,
+        )
         (acked,) = resp.run(self.client, lambda session: session.call([command]))
         return int(acked)
 
@@ -324,7 +347,7 @@ class ExperienceStream:
         if excess <= 0 or self.config.priority_replay.enabled:
             return 0
         safe = self._oldest_unacknowledged()
-        last_rows = self.client.xrange(self.keys.stream, "-", "+", count=excess)
+        last_rows = cast(_Rows, self.client.xrange(self.keys.stream, "-", "+", count=excess))
         if not last_rows:
             return 0
         cutoff = _next_id(_text(last_rows[-1][0]))
@@ -349,7 +372,7 @@ class ExperienceStream:
                 candidates.append(_next_id(_text(group["last-delivered-id"])))
         return min(candidates, key=_id_key) if candidates else None
 
-    def stats(self) -> dict[str, object]:
+    def stats(self) -> StreamStats:
         counters = {_text(k): int(v) for k, v in self.client.hgetall(self.keys.stats).items()}
         pending = lag = consumers = 0
         if self.client.exists(self.keys.stream):
@@ -374,7 +397,7 @@ class ExperienceStream:
         """Every entry still in the stream, oldest first: (entry id, serialized Experience)."""
         start = "-"
         while True:
-            rows = self.client.xrange(self.keys.stream, start, "+", count=batch)
+            rows = cast(_Rows, self.client.xrange(self.keys.stream, start, "+", count=batch))
             for entry_id, fields in rows:
                 yield _text(entry_id), resp.field_map(fields)[b"d"]
             if len(rows) < batch:
@@ -387,6 +410,9 @@ class ExperienceStream:
             for reason, n in dropped.items():
                 pipe.hincrby(self.keys.stats, f"dropped:{reason}", n)
             pipe.execute()
+
+
+_Rows = list[tuple[bytes, dict[bytes, bytes]]]  # XRANGE replies: (entry id, fields); replies are not decoded
 
 
 def _text(value: bytes | str) -> str:

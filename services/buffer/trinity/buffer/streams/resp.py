@@ -73,13 +73,13 @@ def _pack_into(parts: list[bytes | bytearray | memoryview], commands: Sequence[C
                 append(_CRLF)
 
 
-class Packed(tuple):  # type: ignore[type-arg]
+class Packed(tuple):
     """A command already in RESP form: the buffers to send, one after another (see `bulk`)."""
 
     __slots__ = ()
 
 
-class Multi(tuple):  # type: ignore[type-arg]
+class Multi(tuple):
     """MULTI, these commands, EXEC: one reply, the list of theirs (`Rows` ones as rows, errors as objects),
     None when a WATCHed key changed (nothing ran), or the error that made Redis refuse the transaction."""
 
@@ -298,7 +298,7 @@ def _hashable(key: Any) -> Any:
 Row = tuple[bytes, dict[bytes, bytes]]
 
 
-class Rows(tuple):  # type: ignore[type-arg]
+class Rows(tuple):
     """A read of one stream (XREADGROUP, XREAD); its reply comes back as the rows, `[(entry_id, fields)]`,
     over both protocols (`[]` for none), or as the error. The usual layout (fields id, v, d) is parsed
     without building the nested lists."""
@@ -431,7 +431,7 @@ def run(client: redis.Redis, work: Callable[[Session], T]) -> T:
     if lock is not None:
         lock.acquire()
     try:
-        return conn.retry.call_with_retry(lambda: work(Session(conn)), lambda _error: conn.disconnect())  # type: ignore[no-any-return]
+        return conn.retry.call_with_retry(lambda: work(Session(conn)), lambda _error: conn.disconnect())
     except BaseException:
         conn.disconnect()
         raise

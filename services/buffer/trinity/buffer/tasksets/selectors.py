@@ -11,23 +11,12 @@ import random
 from collections.abc import Callable
 from functools import lru_cache
 
+from trinity.registry import Registry
+
 PositionSelector = Callable[[int, int, int], int]  # (position, size, seed) -> row index
-_SELECTORS: dict[str, PositionSelector] = {}
-
-
-def register_selector(name: str) -> Callable[[PositionSelector], PositionSelector]:
-    def decorate(fn: PositionSelector) -> PositionSelector:
-        _SELECTORS[name] = fn
-        return fn
-
-    return decorate
-
-
-def position_selector(name: str) -> PositionSelector:
-    try:
-        return _SELECTORS[name]
-    except KeyError:
-        raise KeyError(f"unknown selector {name!r}; known: {', '.join(sorted(_SELECTORS))}") from None
+# The position selectors; `difficulty` is not one of them (the task set runs it on its pass rates).
+SELECTORS: Registry[PositionSelector] = Registry("selector")
+register_selector = SELECTORS.register
 
 
 @register_selector("sequential")

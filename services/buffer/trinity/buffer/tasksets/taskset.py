@@ -10,13 +10,14 @@ import json
 import random
 import time
 from collections.abc import Sequence
+from typing import cast
 
 import redis
 from google.protobuf import struct_pb2
 
 from trinity.buffer.keys import TASKSETS, TaskSetKeys
 from trinity.buffer.rows import Row, lookup
-from trinity.buffer.tasksets.selectors import pick_by_difficulty, position_selector
+from trinity.buffer.tasksets.selectors import SELECTORS, pick_by_difficulty
 from trinity.config import TaskSetConfig
 from trinity.runtime.errors import InvalidArgument
 from trinity.v1 import buffer_pb2, common_pb2
@@ -45,6 +46,8 @@ _PASS_RATE_SMOOTHING = 0.5  # weight of the newest report: the policy changes, o
 
 
 class TaskSet:
+    """Hand-out state in Redis; the client does not decode replies (bytes), which the casts tell the type checker."""
+
     def __init__(self, client: redis.Redis, config: TaskSetConfig, rows: Sequence[Row]) -> None:
         if not rows:
             raise InvalidArgument("path", f"task set {config.name!r} has no rows")
@@ -100,7 +103,7 @@ class TaskSet:
 
     def _indices(self, positions: list[int]) -> dict[int, int]:
         if self.config.selector != "difficulty":
-            select = position_selector(self.config.selector)
+            select = SELECTORS.get(self.config.selector)
             return {p: select(p, self.size, self.config.seed) for p in positions}
         return self._difficulty_indices(positions)
 
@@ -183,7 +186,7 @@ class TaskSet:
 
     def release(self, consumer: str) -> int:
         """Expire every lease `consumer` holds, so the next LeaseTasks hands those tasks out again."""
-        owners = self.client.hgetall(self.keys.owners)
+        owners = cast("dict[bytes, bytes]", self.client.hgetall(self.keys.owners))
         held = [m for m, owner in owners.items() if owner.decode() == consumer]
         if not held:
             return 0
@@ -206,7 +209,7 @@ class TaskSet:
         if indices is not None:
             values = self.client.hmget(self.keys.pass_rates, indices) if indices else []
             return {i: float(v) for i, v in zip(indices, values, strict=True) if v is not None}
-        raw = self.client.hgetall(self.keys.pass_rates)
+        raw = cast("dict[bytes, bytes]", self.client.hgetall(self.keys.pass_rates))
         return {int(k): float(v) for k, v in raw.items() if not k.startswith(b"n:")}
 
     # ---- inspection ---------------------------------------------------------------------------------

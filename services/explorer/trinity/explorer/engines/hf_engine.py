@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from trinity.config.explorer import DType, TransformersEngineOptions
 from trinity.explorer.engines.base import Engine, GenerationRequest, Sample, truncate_at_stop
 from trinity.explorer.engines.registry import ENGINES
 
 
-@dataclass(frozen=True)
-class TransformersEngineConfig:
+class TransformersEngineConfig(TransformersEngineOptions):
+    """What `TransformersEngine` is built from: a run's `explorer.engine_options` plus the model and the seed."""
+
     model_path: str
-    dtype: str = "float32"
+    dtype: DType = "float32"
     seed: int = 0
-    device: str = "cpu"
 
 
 @ENGINES.register("transformers")
@@ -35,7 +35,8 @@ class TransformersEngine(Engine):
         self.config = cfg
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        self._tokenizer = AutoTokenizer.from_pretrained(cfg.model_path)
+        # Any: transformers types decode() as `str | list[str]` whatever the input.
+        self._tokenizer: Any = AutoTokenizer.from_pretrained(cfg.model_path)
         # Any: transformers' generate() overloads do not type-check against the auto class.
         load: Any = AutoModelForCausalLM.from_pretrained
         self._model: Any = load(cfg.model_path, dtype=getattr(torch, cfg.dtype)).to(cfg.device).eval()

@@ -4,35 +4,27 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from trinity.config.explorer import DType, VllmEngineOptions
 from trinity.explorer.engines.base import Engine, GenerationRequest, Sample
 from trinity.explorer.engines.registry import ENGINES
 from trinity.explorer.engines.weights import checkpoint_tensor_names, complete_groups
 
 
-@dataclass(frozen=True)
-class VllmEngineConfig:
-    """Settings for `VllmEngine`. The defaults are the ones measured to work on 2 CPU cores.
+class VllmEngineConfig(VllmEngineOptions):
+    """What `VllmEngine` is built from: a run's `explorer.engine_options` plus the model and the seed.
 
-    `logprobs_mode="processed_logprobs"` reports log-probs of the distribution actually sampled from
-    (after temperature / top-k / top-p), which is what a PPO-style trainer's `old_logprobs` must be;
-    `"raw_logprobs"` reports the model's untempered distribution.
+    Here an unset `max_model_len` is the model config's own limit (a run sets it from its token
+    limits). `logprobs_mode="processed_logprobs"` reports log-probs of the distribution actually
+    sampled from, which is what a PPO-style trainer's `old_logprobs` must be.
     """
 
     model_path: str
-    dtype: str = "float32"  # fp32 log-probs match HF to 1e-4; bf16 is off by ~0.04 mean
+    dtype: DType = "float32"  # fp32 log-probs match HF to 1e-4; bf16 is off by ~0.04 mean
     seed: int = 0
-    max_model_len: int | None = None  # None = the model config's limit
-    kv_cache_space_gib: int = 1  # CPU only (VLLM_CPU_KVCACHE_SPACE)
-    enforce_eager: bool = True
-    logprobs_mode: str = "processed_logprobs"
-    gpu_memory_utilization: float = 0.9
-    weight_bucket_bytes: int = 1 << 30
-    extra: dict[str, Any] = field(default_factory=dict)  # passed to `vllm.LLM` as is
 
 
 def _configure_environment(config: VllmEngineConfig) -> None:
@@ -62,7 +54,7 @@ class VllmEngine(Engine):
         self._expected_names = checkpoint_tensor_names(cfg.model_path)
         self._llm: Any = LLM(
             model=cfg.model_path,
-            dtype=cfg.dtype,  # type: ignore[arg-type]  # validated by vLLM
+            dtype=cfg.dtype,
             seed=cfg.seed,
             max_model_len=cfg.max_model_len,
             enforce_eager=cfg.enforce_eager,

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from trinity.config.names import COMPOSITE_PREFIX, parse_composite_reward
 from trinity.explorer.rewards.base import REWARDS, RewardFn, _to_outcome
 from trinity.v1 import common_pb2
 
-COMPOSITE_PREFIX = "composite:"
+__all__ = ["COMPOSITE_PREFIX", "composite_reward", "parse_composite"]
 
 
 def composite_reward(weights: Mapping[str, float]) -> RewardFn:
@@ -30,17 +31,8 @@ def composite_reward(weights: Mapping[str, float]) -> RewardFn:
 
 
 def parse_composite(spec: str) -> RewardFn:
-    """Build a composite from `composite:name=weight,name=weight`."""
-    body = spec.removeprefix(COMPOSITE_PREFIX)
-    weights: dict[str, float] = {}
-    for item in filter(None, (s.strip() for s in body.split(","))):
-        name, sep, weight = item.partition("=")
-        if not sep:
-            raise ValueError(f"composite reward part {item!r} must be name=weight (in {spec!r})")
-        weights[name.strip()] = float(weight)
-    if not weights:
-        raise ValueError(f"composite reward {spec!r} names no parts")
-    return composite_reward(weights)
+    """Build a composite from `composite:name=weight,name=weight` (the grammar the config validates)."""
+    return composite_reward(parse_composite_reward(spec))
 
 
 # The R1-style default for math with a format bonus.

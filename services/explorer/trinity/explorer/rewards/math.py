@@ -47,17 +47,22 @@ def _numbers_equal(a: str, b: str) -> bool:
         return False
 
 
+def answer_matches(response_text: str, answer: str) -> bool:
+    """The response's extracted answer equals `answer` (as text or as a number)."""
+    gold = answer.strip()
+    got = extract_answer(response_text)
+    if got is None:
+        return False
+    if got == gold:
+        return True
+    gold_number = extract_last_number(gold)
+    return gold_number is not None and _numbers_equal(got, gold_number)
+
+
 @REWARDS.register("accuracy")
 def accuracy_reward(response_text: str, task: common_pb2.Task) -> float:
     """1.0 if the extracted answer equals `task.answer` (as text or as a number), else 0.0."""
-    gold = task.answer.strip()
-    got = extract_answer(response_text)
-    if got is None:
-        return 0.0
-    if got == gold:
-        return 1.0
-    gold_number = extract_last_number(gold)
-    return 1.0 if gold_number is not None and _numbers_equal(got, gold_number) else 0.0
+    return 1.0 if answer_matches(response_text, task.answer) else 0.0
 
 
 @REWARDS.register("math")
@@ -81,5 +86,5 @@ def math_reward(response_text: str, task: common_pb2.Task) -> float:
         parsing_timeout=None,
     )
     if not gold or not answer:
-        return accuracy_reward(response_text, task)
+        return 1.0 if answer_matches(response_text, task.answer) else 0.0  # the `accuracy` rule
     return 1.0 if verify(gold, answer, timeout_seconds=None) else 0.0

@@ -1,5 +1,6 @@
 """Workflows by registry name: `math`, `countdown`, `multi_turn`, `multi_step`, `frozen_lake`."""
 
+import inspect
 from typing import Any
 
 from trinity.explorer.workflows.base import WORKFLOWS, RolloutSettings, Workflow, new_experience, score
@@ -18,8 +19,18 @@ from trinity.explorer.workflows.multi_turn import (
 
 
 def create_workflow(name: str, **options: Any) -> Workflow:
-    """Build the workflow registered as `name` with its options as keyword arguments."""
-    return WORKFLOWS.get(name)(**options)
+    """Build the workflow registered as `name` with its options as keyword arguments.
+
+    Built-in workflows' options are checked by the config (`trinity.config.explorer.WORKFLOW_OPTIONS`);
+    a plugin's are checked here, against its constructor, so a wrong key names the workflow's keys.
+    """
+    workflow = WORKFLOWS.get(name)
+    try:
+        inspect.signature(workflow).bind(**options)
+    except TypeError as err:
+        takes = ", ".join(inspect.signature(workflow).parameters) or "no options"
+        raise ValueError(f"explorer.workflow_options: {err} (workflow {name!r} takes: {takes})") from None
+    return workflow(**options)
 
 
 __all__ = [

@@ -6,6 +6,5 @@ worker processes it starts.
 
 from trinity.trainer.megatron.backend import MegatronBackend
 from trinity.trainer.megatron.launcher import WorkerGroupError
-from trinity.trainer.megatron.settings import MegatronSettings
 
-__all__ = ["MegatronBackend", "MegatronSettings", "WorkerGroupError"]
+__all__ = ["MegatronBackend", "WorkerGroupError"]

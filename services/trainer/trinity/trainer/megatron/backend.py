@@ -15,33 +15,37 @@ from typing import Any
 
 import torch
 
+from trinity.config import MegatronTrainerConfig, RunConfig
 from trinity.trainer.backend import register_backend
-from trinity.trainer.config import TrainerSettings
 from trinity.trainer.megatron.hf_mapping import check_parallelism, shape_from_hf_config
 from trinity.trainer.megatron.launcher import WorkerGroup
-from trinity.trainer.megatron.settings import MegatronSettings
 from trinity.v1 import common_pb2
 
 
 class MegatronBackend:
-    """See `TrainerBackend`. `algorithm_factory` (picklable, e.g. a module-level function) replaces the
-    preset named by `settings.algorithm`; it runs in every worker."""
+    """See `TrainerBackend`. `config.trainer` is a `MegatronTrainerConfig` and `config.model.path` a model
+    directory; checkpoints go to `checkpoint_dir`. `algorithm_factory` (picklable, e.g. a module-level
+    function) replaces the preset named by `config.algorithm`; it runs in every worker."""
 
     def __init__(
         self,
-        settings: TrainerSettings,
-        megatron: MegatronSettings | None = None,
+        config: RunConfig,
+        checkpoint_dir: Path | None = None,
         algorithm_factory: Callable[[], Any] | None = None,
     ) -> None:
-        if settings.lora is not None:
-            raise ValueError("the Megatron backend does not support LoRA; use backend 'torch'")
-        self.settings = settings
-        self.megatron = megatron or MegatronSettings()
-        shape = shape_from_hf_config(json.loads((Path(settings.model_path) / "config.json").read_text()))
-        check_parallelism(shape, self.megatron.tensor_parallel_size, self.megatron.pipeline_parallel_size)
+        if not isinstance(config.trainer, MegatronTrainerConfig):
+            raise ValueError(f"MegatronBackend needs trainer.backend 'megatron', got {config.trainer.backend!r}")
+        if config.trainer.save_interval and checkpoint_dir is None:
+            raise ValueError("trainer.save_interval needs a checkpoint directory")
+        self.config = config
+        self.trainer: MegatronTrainerConfig = config.trainer
+        self.checkpoint_dir = checkpoint_dir
+        self.model_dir = Path(config.model.path)
+        shape = shape_from_hf_config(json.loads((self.model_dir / "config.json").read_text()))
+        check_parallelism(shape, self.trainer.tensor_parallel_size, self.trainer.pipeline_parallel_size)
         self._version = 0
         self._step = 0
-        self._workers = WorkerGroup(settings, self.megatron, algorithm_factory)
+        self._workers = WorkerGroup(config, algorithm_factory)
         # Stop the workers when the backend is dropped without close() (they would idle until exit).
         self._finalizer = weakref.finalize(self, self._workers.close)
 
@@ -58,7 +62,7 @@ class MegatronBackend:
         if "model_version" in metrics:
             self._version = int(metrics["model_version"])
             self._step = int(metrics["step"])
-        interval = self.settings.save_interval
+        interval = self.trainer.save_interval
         if interval and "model_version" in metrics and self._step % interval == 0:
             self.save_checkpoint()
         return metrics
@@ -69,10 +73,10 @@ class MegatronBackend:
         return result
 
     def save_checkpoint(self, path: str | Path | None = None) -> Path:
-        root = path or self.settings.checkpoint_dir
+        root = path or self.checkpoint_dir
         if root is None:
-            raise ValueError("no checkpoint path given and settings.checkpoint_dir is not set")
-        return Path(self._workers.call("save_checkpoint", str(root), self.settings.keep_checkpoints))
+            raise ValueError("no checkpoint path given and the backend has no checkpoint directory")
+        return Path(self._workers.call("save_checkpoint", str(root), self.trainer.keep_checkpoints))
 
     def load_checkpoint(self, path: str | Path) -> None:
         self._version = int(self._workers.call("load_checkpoint", str(path)))
@@ -88,7 +92,7 @@ class MegatronBackend:
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        config = AutoConfig.from_pretrained(self.settings.model_path)
+        config = AutoConfig.from_pretrained(self.model_dir)
         state = dict(self.named_weights())
         model = AutoModelForCausalLM.from_config(config, dtype=next(iter(state.values())).dtype)
         missing, unexpected = model.load_state_dict(state, strict=False)
@@ -96,10 +100,10 @@ class MegatronBackend:
         if missing or unexpected:
             raise RuntimeError(f"exported weights do not match the model: {missing=} {unexpected=}")
         model.save_pretrained(out, safe_serialization=True)
-        AutoTokenizer.from_pretrained(self.settings.model_path).save_pretrained(out)
+        AutoTokenizer.from_pretrained(self.model_dir).save_pretrained(out)
         for extra in ("generation_config.json",):
-            if (Path(self.settings.model_path) / extra).is_file() and not (out / extra).exists():
-                shutil.copy(Path(self.settings.model_path) / extra, out / extra)
+            if (self.model_dir / extra).is_file() and not (out / extra).exists():
+                shutil.copy(self.model_dir / extra, out / extra)
         return out
 
     def close(self) -> None:
@@ -120,11 +124,8 @@ def _resolve(path: str | Path) -> Path:
 
 
 @register_backend("megatron")
-def _build(settings: TrainerSettings) -> MegatronBackend:
-    parallel = MegatronSettings(
-        tensor_parallel_size=settings.tensor_parallel_size, pipeline_parallel_size=settings.pipeline_parallel_size
-    )
-    return MegatronBackend(settings, parallel)
+def _build(config: RunConfig, checkpoint_dir: Path | None) -> MegatronBackend:
+    return MegatronBackend(config, checkpoint_dir)
 
 
 __all__ = ["MegatronBackend"]

@@ -2,9 +2,9 @@
 
 Every rank runs the same code on the same batch (the command is broadcast by rank 0); the pipeline
 schedule decides what each rank computes. The objective is the PyTorch backend's own
-(`trinity.trainer.objectives.build_objective`), fed through `_ObjectiveHost`: the forward passes that
-objective asks for are answered from the logits the schedule hands to the last pipeline stage, so both
-backends compute the same loss terms with the same micro-batch scaling.
+(`trinity.trainer.objectives.build_objective`), fed through `MegatronForward` (its `PolicyForward`):
+the policy log-probs that objective asks for are answered from the logits the schedule hands to the
+last pipeline stage, so both backends compute the same loss terms with the same micro-batch scaling.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from trinity.config import MegatronTrainerConfig, RunConfig
 from trinity.trainer.algorithm import AlgorithmParts
 from trinity.trainer.batch import (
     Sample,
@@ -32,21 +33,18 @@ from trinity.trainer.batch import (
     TokenSequence,
     collate,
     filter_experiences,
+    max_seq_len,
     plan_micro_batches,
     to_samples,
 )
 from trinity.trainer.checkpoint import LATEST, TrainState, resolve
-from trinity.trainer.config import TrainerSettings
-from trinity.trainer.logprobs import gather_positions
+from trinity.trainer.logprobs import gather_positions, sampling_temperature
 from trinity.trainer.megatron import model as mmodel
 from trinity.trainer.megatron.hf_mapping import megatron_to_hf, stage_layers
 from trinity.trainer.megatron.logprobs import vocab_parallel_logprobs
-from trinity.trainer.megatron.settings import MegatronSettings
-from trinity.trainer.objectives import build_objective
+from trinity.trainer.objectives import ForwardModel, MicroObjective, PolicyForward, build_objective
 from trinity.trainer.optim import SCHEDULES
 from trinity.v1 import common_pb2
-
-POLICY, REFERENCE = "policy", "reference"
 
 
 @dataclass
@@ -57,85 +55,81 @@ class _Micro:
     on_logprobs: Callable[[TokenBatch, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-class _ObjectiveHost:
-    """The slice of `TorchBackend` that `build_objective` uses, answered by Megatron forward passes."""
+class MegatronForward(PolicyForward):
+    """`PolicyForward` over the engine's pipeline, for one train step.
+
+    `logprobs` is called by the objective inside the schedule's loss function, where the log-probs of
+    that micro-batch were just computed from the last stage's logits (`current`).
+    """
 
     def __init__(self, engine: MegatronEngine) -> None:
-        self.algorithm = engine.algorithm
-        self.settings = engine.settings
-        self.pad_id = engine.pad_id
-        self.pack_budget = None  # Megatron's GPT model takes one row per sequence (no block masks)
-        self.step = engine.state.step
-        self.policy = POLICY
-        self.reference = REFERENCE if engine.reference is not None else None
-        self.critic = None
         self._engine = engine
-        self._current: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.current: tuple[torch.Tensor, torch.Tensor] | None = None
 
-    def token_logprobs(
-        self, model: Any, batch: TokenBatch, *, with_entropy: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        # Called by the objective inside the schedule's loss function: the log-probs of this micro-batch
-        # were just computed from the last stage's logits.
-        assert self._current is not None and self._current[0].shape == batch.targets.shape
-        return self._current
+    @property
+    def pad_id(self) -> int:
+        return self._engine.pad_id
 
-    def reference_pass(self) -> Callable[[TokenBatch], torch.Tensor]:
-        def run(mb: TokenBatch) -> torch.Tensor:
-            return self.token_logprobs(REFERENCE, mb)[0]
+    @property
+    def pack_budget(self) -> int | None:
+        return None  # Megatron's GPT model takes one row per sequence (no block masks)
 
-        run.model = REFERENCE  # type: ignore[attr-defined]
-        return run
+    def logprobs(self, batch: TokenBatch, *, with_entropy: bool | str = False) -> tuple[torch.Tensor, torch.Tensor]:
+        assert self.current is not None and self.current[0].shape == batch.targets.shape
+        return self.current
 
-    def forward_rows(self, rows: list[TokenSequence], fn: Callable[[TokenBatch], torch.Tensor]) -> torch.Tensor:
-        return self._engine.forward_rows(rows, getattr(fn, "model", POLICY))
+    def forward_rows(self, rows: list[TokenSequence], model: ForwardModel) -> torch.Tensor:
+        return self._engine.forward_rows(rows, model)
 
 
 class MegatronEngine:
     """The per-rank training state. Collective: every method must be called on all ranks in order."""
 
-    def __init__(self, settings: TrainerSettings, msettings: MegatronSettings, algorithm: AlgorithmParts) -> None:
+    def __init__(self, config: RunConfig, algorithm: AlgorithmParts) -> None:
         from megatron.core import parallel_state as ps
         from megatron.core.distributed import finalize_model_grads
 
         from trinity.trainer.models import load_tokenizer
 
-        self.settings, self.msettings, self.algorithm = settings, msettings, algorithm
+        assert isinstance(config.trainer, MegatronTrainerConfig)
+        self.config, self.trainer, self.algorithm = config, config.trainer, algorithm
         if algorithm.needs_critic:
             raise ValueError("the Megatron backend has no critic yet; use backend 'torch' for PPO with a value model")
-        if settings.lora is not None:
-            raise ValueError("the Megatron backend does not support LoRA; use backend 'torch'")
-        self.generator = torch.Generator().manual_seed(settings.seed)
-        self.hf_tokenizer = load_tokenizer(settings.model_path)
+        self.max_seq_len = max_seq_len(config.model)
+        self.temperature = sampling_temperature(config.explorer)
+        model_dir, dtype = config.model.path, config.model.dtype
+        self.generator = torch.Generator().manual_seed(config.seed)
+        self.hf_tokenizer = load_tokenizer(model_dir)
         self.tokenizer = Tokenizer(self.hf_tokenizer)
         self.pad_id = int(self.hf_tokenizer.pad_token_id)
         self.device = (
             torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
         )
-        self.tp, self.pp = msettings.tensor_parallel_size, msettings.pipeline_parallel_size
+        self.tp, self.pp = self.trainer.tensor_parallel_size, self.trainer.pipeline_parallel_size
         self.tp_rank, self.pp_rank = ps.get_tensor_model_parallel_rank(), ps.get_pipeline_model_parallel_rank()
         self.is_last_stage = ps.is_pipeline_last_stage()
         # Global rank of (TP 0, last stage): ranks are numbered TP-fastest (Megatron's order, DP = 1).
         self.last_stage_rank = (self.pp - 1) * self.tp
 
-        self.shape = mmodel.read_shape(settings.model_path)
-        self.config = mmodel.transformer_config(self.shape, settings.dtype, self.tp, self.pp, torch.cuda.is_available())
-        policy = mmodel.build_gpt(self.shape, self.config)
-        mmodel.load_hf_weights(policy, settings.model_path, self.shape)
-        self.model = mmodel.wrap_ddp(policy, self.config)
+        self.shape = mmodel.read_shape(model_dir)
+        self.mconfig = mmodel.transformer_config(self.shape, dtype, self.tp, self.pp, torch.cuda.is_available())
+        policy = mmodel.build_gpt(self.shape, self.mconfig)
+        mmodel.load_hf_weights(policy, model_dir, self.shape)
+        self.model = mmodel.wrap_ddp(policy, self.mconfig)
         self.reference: torch.nn.Module | None = None
         if algorithm.needs_reference:
-            self.reference = mmodel.build_gpt(self.shape, self.config)
-            mmodel.load_hf_weights(self.reference, settings.model_path, self.shape)
+            self.reference = mmodel.build_gpt(self.shape, self.mconfig)
+            mmodel.load_hf_weights(self.reference, model_dir, self.shape)
             self.reference.eval().requires_grad_(False)
-        self.optimizer = mmodel.build_optimizer(self.model, settings.optimizer, settings.dtype)
-        self.config.grad_scale_func = self.optimizer.scale_loss
+        opt = self.trainer.optimizer
+        self.optimizer = mmodel.build_optimizer(self.model, opt, dtype)
+        self.mconfig.grad_scale_func = self.optimizer.scale_loss
         # The objective already weights each micro-batch by its share of the mini-batch (see
         # objectives.py), so the per-token division Megatron would do here is switched off.
-        self.config.finalize_model_grads_func = lambda models, num_tokens, **kw: finalize_model_grads(
+        self.mconfig.finalize_model_grads_func = lambda models, num_tokens, **kw: finalize_model_grads(
             models, None, **kw
         )
-        self.schedule_factor = SCHEDULES[settings.optimizer.schedule](settings.optimizer)
+        self.schedule_factor = SCHEDULES.get(opt.schedule)(opt, config.buffer.total_steps)
         self.updates = 0
         self.state = TrainState()
         self._consumed: set[str] = set()
@@ -168,26 +162,28 @@ class MegatronEngine:
         logp, entropy = vocab_parallel_logprobs(
             gather_positions(logits, mb.response_index),
             mb.targets,
-            temperature=self.settings.logprob_temperature,
+            temperature=self.temperature,
         )
         # The objective's other inputs (advantages, old log-probs) live on the CPU; `[rows, resp]` is small.
         loss = micro.on_logprobs(mb, logp.cpu(), entropy.cpu())
         # Back on the logits' device: the schedule scales it by the optimizer's (device) loss scale.
         return loss.to(logits.device), torch.ones((), dtype=torch.int), {}
 
-    def forward_rows(self, rows: list[TokenSequence], which: str = POLICY) -> torch.Tensor:
+    def forward_rows(self, rows: list[TokenSequence], which: ForwardModel = "policy") -> torch.Tensor:
         """Log-probs `[rows, max_resp]` of `rows` under the policy or the reference (no grad), on every rank."""
+        if which == "critic":
+            raise ValueError("the Megatron backend has no critic")
         width = max(max(len(r.response) for r in rows), 1)
         out = torch.zeros((len(rows), width), dtype=torch.float32)
         units = [Sample(id="", chosen=r) for r in rows]
-        plan = plan_micro_batches(units, self.settings.micro_batch_tokens)
+        plan = plan_micro_batches(units, self.trainer.micro_batch_tokens)
 
         def store(idx: list[int], mb: TokenBatch, logp: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
             out[idx, : mb.mask.shape[1]] = logp.detach().float().cpu()
             return logp.sum() * 0.0
 
         micros = [_Micro(collate([rows[i] for i in idx], self.pad_id), partial(store, idx)) for idx in plan]
-        model = self.model if which == POLICY else self.reference
+        model = self.model if which == "policy" else self.reference
         assert model is not None
         with torch.no_grad():
             self._run_schedule(micros, model, forward_only=True)
@@ -196,7 +192,7 @@ class MegatronEngine:
 
     def score(self, experiences: Sequence[common_pb2.Experience]) -> torch.Tensor:
         """Policy log-probs `[rows, max_resp]` of the experiences' response tokens (no update)."""
-        samples = to_samples(experiences, self.tokenizer, max_seq_len=self.settings.max_seq_len)
+        samples = to_samples(experiences, self.tokenizer, max_seq_len=self.max_seq_len)
         return self.forward_rows([seq for s in samples for seq in s.sequences])
 
     # ----------------------------------------------------------------------------- the step
@@ -204,27 +200,33 @@ class MegatronEngine:
         self, experiences: Sequence[common_pb2.Experience]
     ) -> tuple[list[common_pb2.Experience], dict[str, float]]:
         """Drop failed, duplicate (already trained) and too-stale experiences, counting each."""
-        return filter_experiences(experiences, self._consumed, self.state.step, self.settings.max_staleness)
+        return filter_experiences(experiences, self._consumed, self.state.step, self.config.synchronizer.max_staleness)
 
     def train_step(self, experiences: Sequence[common_pb2.Experience]) -> dict[str, float]:
         start = time.perf_counter()
         kept, metrics = self.filter_batch(experiences)
         if not kept:
             return {**metrics, "skipped": 1.0, "step": float(self.state.step)}
-        samples = to_samples(kept, self.tokenizer, max_seq_len=self.settings.max_seq_len)
+        samples = to_samples(kept, self.tokenizer, max_seq_len=self.max_seq_len)
         staleness = [self.state.step - s.model_version for s in samples]
         metrics.update({"staleness/mean": sum(staleness) / len(staleness), "staleness/max": float(max(staleness))})
-        host = _ObjectiveHost(self)
-        objective, prep = build_objective(host, samples)  # type: ignore[arg-type]
+        forward = MegatronForward(self)
+        objective, prep = build_objective(
+            forward,
+            self.algorithm,
+            samples,
+            step=self.state.step,
+            recompute_old_logprobs=self.trainer.recompute_old_logprobs,
+        )
         metrics.update(prep)
-        metrics.update(self._optimize(samples, objective, host))
+        metrics.update(self._optimize(samples, objective, forward))
         self.state.step += 1
         self.state.model_version += 1
         new_ids = [s.id for s in samples if s.id]
         self.state.consumed_ids.extend(new_ids)
         self._consumed.update(new_ids)
         seconds = time.perf_counter() - start
-        tokens = sum(seq.length for s in samples for seq in s.sequences) * self.settings.ppo_epochs
+        tokens = sum(seq.length for s in samples for seq in s.sequences) * self.trainer.ppo_epochs
         metrics.update(
             {
                 "step": float(self.state.step),
@@ -238,26 +240,26 @@ class MegatronEngine:
         return metrics
 
     def _mini_batches(self, n: int) -> list[list[int]]:
-        size = self.settings.mini_batch_size or n
+        size = self.trainer.mini_batch_size or n
         if size >= n:
             return [list(range(n))]
         order = torch.randperm(n, generator=self.generator).tolist()
         return [order[i : i + size] for i in range(0, n, size)]
 
-    def _optimize(self, samples: list[Sample], objective: Callable, host: _ObjectiveHost) -> dict[str, float]:
+    def _optimize(self, samples: list[Sample], objective: MicroObjective, forward: MegatronForward) -> dict[str, float]:
         sums: dict[str, float] = {}
         weights: dict[str, float] = {}
         norms: list[float] = []
-        lr = self.settings.optimizer.lr * self.schedule_factor(self.updates)
+        lr = self.trainer.optimizer.lr * self.schedule_factor(self.updates)
         self.model.train()
-        for _ in range(self.settings.ppo_epochs):
+        for _ in range(self.trainer.ppo_epochs):
             for mini in self._mini_batches(len(samples)):
                 self.model.zero_grad_buffer()
                 self.optimizer.zero_grad()
-                micros = self._train_micros(samples, mini, objective, host, sums, weights)
+                micros = self._train_micros(samples, mini, objective, forward, sums, weights)
                 self._run_schedule(micros, self.model, forward_only=False)
                 for group in self.optimizer.param_groups:
-                    group["lr"] = self.settings.optimizer.lr * self.schedule_factor(self.updates)
+                    group["lr"] = self.trainer.optimizer.lr * self.schedule_factor(self.updates)
                 _, grad_norm, _ = self.optimizer.step()
                 norms.append(float(grad_norm) if grad_norm is not None else 0.0)
                 self.updates += 1
@@ -270,8 +272,8 @@ class MegatronEngine:
         self,
         samples: list[Sample],
         mini: list[int],
-        objective: Callable,
-        host: _ObjectiveHost,
+        objective: MicroObjective,
+        forward: MegatronForward,
         sums: dict[str, float],
         weights: dict[str, float],
     ) -> list[_Micro]:
@@ -279,14 +281,14 @@ class MegatronEngine:
         rows: list[TokenSequence] = []
         sub = [samples[i] for i in mini]
         micros = []
-        for local in plan_micro_batches(sub, self.settings.micro_batch_tokens):
+        for local in plan_micro_batches(sub, self.trainer.micro_batch_tokens):
             micro = [mini[j] for j in local]
             rows = [seq for i in micro for seq in samples[i].sequences]
 
             def loss_of(micro: list[int], mb: TokenBatch, logp: torch.Tensor, ent: torch.Tensor) -> torch.Tensor:
-                host._current = (logp, ent)
+                forward.current = (logp, ent)
                 loss, m, w = objective(micro, mini)
-                host._current = None
+                forward.current = None
                 for k, v in m.items():
                     sums[k] = sums.get(k, 0.0) + v * w
                     weights[k] = weights.get(k, 0.0) + w

@@ -16,8 +16,7 @@ import time
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
-from trinity.trainer.config import TrainerSettings
-from trinity.trainer.megatron.settings import MegatronSettings
+from trinity.config import MegatronTrainerConfig, RunConfig
 from trinity.trainer.megatron.worker import run_worker
 
 
@@ -34,28 +33,21 @@ def free_port(host: str = "127.0.0.1") -> int:
 class WorkerGroup:
     """The running workers of one Megatron backend; `call` runs a command on all ranks."""
 
-    def __init__(
-        self,
-        settings: TrainerSettings,
-        msettings: MegatronSettings,
-        algorithm_factory: Callable[[], Any] | None = None,
-    ) -> None:
-        self.msettings = msettings
+    def __init__(self, config: RunConfig, algorithm_factory: Callable[[], Any] | None = None) -> None:
+        assert isinstance(config.trainer, MegatronTrainerConfig)
+        self.trainer: MegatronTrainerConfig = config.trainer
         ctx = mp.get_context("spawn")
         self._errors = ctx.Queue()
         self._conn, child = ctx.Pipe(duplex=True)
-        port = msettings.master_port or free_port(msettings.master_addr)
+        port = self.trainer.master_port or free_port(self.trainer.master_addr)
         self._procs = []
-        for rank in range(msettings.world_size):
+        for rank in range(self.trainer.world_size):
             p = ctx.Process(
                 target=run_worker,
                 args=(
                     rank,
-                    msettings.world_size,
-                    msettings.master_addr,
                     port,
-                    settings,
-                    msettings,
+                    config,
                     algorithm_factory,
                     child if rank == 0 else None,
                     self._errors,
@@ -69,12 +61,12 @@ class WorkerGroup:
         child.close()
         self._closed = False
         self._open_stream: Generator[Any, None, None] | None = None
-        self._receive("ready", msettings.start_timeout_s, "start-up")
+        self._receive("ready", self.trainer.start_timeout_s, "start-up")
 
     # ----------------------------------------------------------------------------- protocol
     def call(self, command: str, *args: Any, timeout: float | None = None) -> Any:
         self._send(command, args)
-        return self._receive("ok", timeout or self.msettings.command_timeout_s, command)
+        return self._receive("ok", timeout or self.trainer.command_timeout_s, command)
 
     def stream(self, command: str, *args: Any) -> Iterator[Any]:
         """Items the workers send for `command` until they report it done.
@@ -92,14 +84,14 @@ class WorkerGroup:
         done = False
         try:
             while True:
-                kind, value = self._next(self.msettings.command_timeout_s, command)
+                kind, value = self._next(self.trainer.command_timeout_s, command)
                 if kind == "ok":
                     done = True
                     return
                 yield value
         finally:
             if not done and not self._closed:
-                while self._next(self.msettings.command_timeout_s, command)[0] != "ok":
+                while self._next(self.trainer.command_timeout_s, command)[0] != "ok":
                     pass
             self._open_stream = None
 

