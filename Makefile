@@ -13,7 +13,7 @@ PROTO_OUT := services/common/trinity/v1
 DISTS := services/common sdk algorithms weights services/buffer services/gateway services/trainer services/explorer
 PYPROJECTS := $(addsuffix /pyproject.toml,$(DISTS) cli)
 
-.PHONY: setup lock proto test test-all bench lint run clean
+.PHONY: setup lock proto test test-all test-containers bench lint run clean
 
 setup: $(STAMP)
 
@@ -46,7 +46,11 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 test-all: $(STAMP)
-	$(PY) -m pytest -q -m ''
+	$(PY) -m pytest -q -m 'not containers'
+
+# The compose stack in real containers: a Docker engine, the images, a job through the SDK (tests/containers).
+test-containers: $(STAMP)
+	deploy/docker/test-containers.sh
 
 # The e2e benchmark runs TRL beside ours; the test suite does not need it.
 $(BENCH_STAMP): $(STAMP) requirements-bench.txt

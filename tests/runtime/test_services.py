@@ -153,3 +153,20 @@ def test_redis_outage_makes_the_buffer_unhealthy_and_loses_nothing(tmp_path, uni
     finally:
         service.stop()
         redis_proc.stop()
+
+
+def test_metrics_listen_on_the_interface_grpc_binds(redis_server):
+    import psutil
+
+    metrics_port = free_port()
+    env = {"TRINITY_REDIS_URL": redis_server.url, "TRINITY_METRICS_PORT": str(metrics_port)}
+    service = ServiceProcess("buffer", env=env).start()  # --host 127.0.0.1
+    try:
+        listening = {
+            c.laddr.ip
+            for c in psutil.Process(service.process.pid).net_connections(kind="tcp")
+            if c.status == psutil.CONN_LISTEN and c.laddr.port == metrics_port
+        }
+        assert listening == {"127.0.0.1"}
+    finally:
+        service.stop()

@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from trinity.config.base import _check_name, _Section
-from trinity.config.names import OperatorName, RewardSpec, SelectorName
+from trinity.config.registered import OperatorName, RewardSpec, SelectorName
 
 DataFormat = Literal["", "jsonl", "parquet", "datasets"]
 

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import Field, FieldSerializationInfo, ValidationError, ValidationInfo, field_serializer, field_validator
 
 from trinity.config.base import _Section
-from trinity.config.names import ChatEnvironmentName, RewardSpec, StepEnvironmentName, WorkflowName
+from trinity.config.registered import ChatEnvironmentName, RewardSpec, StepEnvironmentName, WorkflowName
 
 DType = Literal["float32", "bfloat16", "float16"]
 

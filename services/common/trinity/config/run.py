@@ -13,7 +13,7 @@ from trinity.config.base import _check_name, _Section
 from trinity.config.buffer import BufferConfig
 from trinity.config.errors import ConfigError, format_validation_error
 from trinity.config.explorer import ExplorerConfig
-from trinity.config.names import AlgorithmName, LossOverrides
+from trinity.config.registered import AlgorithmName, LossOverrides
 from trinity.config.sync import SynchronizerConfig
 from trinity.config.trainer import TorchTrainerConfig, TrainerConfig
 

@@ -61,7 +61,7 @@ class TorchTrainerConfig(_TrainerSection):
     logprob_chunk_size: int = Field(default=256, gt=0, description="response positions per lm_head/log-softmax chunk")
     value_loss_coef: float = Field(default=0.5, ge=0, description="weight of the PPO critic loss")
     lora_rank: int = Field(default=0, ge=0, description="LoRA adapter rank; 0 = full fine-tuning")
-    lora_alpha: float | None = Field(default=None, gt=0, description="LoRA scaling numerator; None = 2 * lora_rank")
+    lora_alpha: int | None = Field(default=None, gt=0, description="LoRA scaling numerator; None = 2 * lora_rank")
     lora_dropout: float = Field(default=0.0, ge=0, lt=1, description="dropout on the LoRA adapters' input")
     lora_target_modules: tuple[str, ...] = Field(
         default=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),

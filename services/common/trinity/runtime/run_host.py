@@ -28,7 +28,7 @@ class Runner(Protocol):
 
     def start(self) -> None: ...
 
-    def stop(self, reason: explorer_pb2.StopReason.ValueType, detail: str = "") -> None: ...
+    def stop(self, reason: explorer_pb2.StopReason, detail: str = "") -> None: ...
 
     def join(self, timeout: float | None = None) -> None: ...
 
@@ -88,11 +88,23 @@ class RunHost:
             runner.join(timeout=timeout)
 
 
+class _Reports(Protocol):
+    """What `ReportingRunner._report` reads of its runner: `step` may be an attribute or a property."""
+
+    reporter: Any  # trinity.clients.gateway.RunReporter
+    _stop: threading.Event
+
+    @property
+    def step(self) -> int: ...
+
+    @property
+    def model_version(self) -> int: ...
+
+
 class ReportingRunner:
     """Mixin of the explorer and trainer runners: report an event; stop when the run is over."""
 
     reporter: Any  # trinity.clients.gateway.RunReporter
-    step: int
     _stop: threading.Event
 
     @property
@@ -101,7 +113,7 @@ class ReportingRunner:
         raise NotImplementedError
 
     def _report(
-        self,
+        self: _Reports,
         kind: str,
         *,
         step: int | None = None,

@@ -75,7 +75,7 @@ def serve(args: argparse.Namespace) -> int:
         settings = settings.model_copy(update={"redis_url": embedded.url})
     (entry,) = entry_points(group=SERVICE_GROUP, name=args.service)
     start: Callable[[ServiceSettings], Any] = entry.load()
-    start_metrics_server(settings.metrics_port)
+    start_metrics_server(settings.metrics_port, settings.host)  # the same interface as gRPC
     server = start(settings)
     server.install_signal_handlers()
     agent = _register_with_gateway(args.service, settings, server.port)

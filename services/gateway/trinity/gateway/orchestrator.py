@@ -293,11 +293,11 @@ class Orchestrator:
         log.info("run.finished", run_id=run_id, state=gateway_pb2.RunState.Name(state), message=message)
         return run
 
-    def _stop_services(self, run: gateway_pb2.Run, reason: explorer_pb2.StopReason.ValueType, detail: str) -> None:
+    def _stop_services(self, run: gateway_pb2.Run, reason: explorer_pb2.StopReason, detail: str) -> None:
         self._call_stop(list(run.assignments), reason, run.id, detail)
 
     def _call_stop(
-        self, instance_ids: list[str], reason: explorer_pb2.StopReason.ValueType, run_id: str, detail: str = ""
+        self, instance_ids: list[str], reason: explorer_pb2.StopReason, run_id: str, detail: str = ""
     ) -> None:
         for instance_id in instance_ids:
             instance = self.registry.get(instance_id)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import torch
 
@@ -312,6 +312,16 @@ class TokenBatch:
 _OPTIONAL = ("old_logprobs", "token_rewards", "teacher_logprobs")
 
 
+class _Layout(TypedDict):
+    """The row tensors of a `TokenBatch`: one row per sequence, or shared-prompt rows."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    response_index: torch.Tensor
+    position_ids: NotRequired[torch.Tensor]
+    response_row: NotRequired[torch.Tensor]
+
+
 def collate(seqs: Sequence[TokenSequence], pad_id: int, pack_budget: int | None = None) -> TokenBatch:
     """Pad `seqs` to the longest row (tokens) and the longest response (annotations).
 
@@ -325,7 +335,7 @@ def collate(seqs: Sequence[TokenSequence], pad_id: int, pack_budget: int | None 
     resp_len = max(max(len(s.response) for s in seqs), 1)
     targets = torch.full((n, resp_len), pad_id, dtype=torch.long)
     mask = torch.zeros((n, resp_len), dtype=torch.bool)
-    optional: dict[str, torch.Tensor | None] = dict.fromkeys(_OPTIONAL)
+    optional: dict[str, torch.Tensor] = {}
     for r, s in enumerate(seqs):
         k = len(s.response)
         if k:
@@ -334,19 +344,26 @@ def collate(seqs: Sequence[TokenSequence], pad_id: int, pack_budget: int | None 
         for name in _OPTIONAL:
             values = getattr(s, name)
             if values is not None:
-                if optional[name] is None:
+                if name not in optional:
                     optional[name] = torch.zeros((n, resp_len), dtype=torch.float32)
-                optional[name][r, : len(values)] = torch.tensor(values, dtype=torch.float32)  # type: ignore[index]
+                optional[name][r, : len(values)] = torch.tensor(values, dtype=torch.float32)
     rows = None
     if pack_budget is not None:
         rows = group_by_prompt([(tuple(s.prompt), len(s.response)) for s in seqs], pack_budget)
         if len(rows) == n:
             rows = None  # nothing shared: the plain layout runs SDPA's causal path
     layout = _shared_prompt_rows(seqs, rows, resp_len, pad_id) if rows else _plain_rows(seqs, resp_len, pad_id)
-    return TokenBatch(targets=targets, mask=mask, **optional, **layout)
+    return TokenBatch(
+        targets=targets,
+        mask=mask,
+        old_logprobs=optional.get("old_logprobs"),
+        token_rewards=optional.get("token_rewards"),
+        teacher_logprobs=optional.get("teacher_logprobs"),
+        **layout,
+    )
 
 
-def _plain_rows(seqs: Sequence[TokenSequence], resp_len: int, pad_id: int) -> dict[str, torch.Tensor]:
+def _plain_rows(seqs: Sequence[TokenSequence], resp_len: int, pad_id: int) -> _Layout:
     seq_len = max(s.length for s in seqs)
     input_ids = torch.full((len(seqs), seq_len), pad_id, dtype=torch.long)
     attention = torch.zeros((len(seqs), seq_len), dtype=torch.long)
@@ -362,7 +379,7 @@ def _plain_rows(seqs: Sequence[TokenSequence], resp_len: int, pad_id: int) -> di
 
 def _shared_prompt_rows(
     seqs: Sequence[TokenSequence], rows: list[tuple[list[int], int]], resp_len: int, pad_id: int
-) -> dict[str, torch.Tensor]:
+) -> _Layout:
     """Row = prompt, then each member's response; `segment` 0 marks the prompt, m + 1 member m, -1 padding."""
     seq_len = max(length for _, length in rows)
     input_ids = torch.full((len(rows), seq_len), pad_id, dtype=torch.long)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -13,10 +13,13 @@ from torch import nn
 from trinity.config import TorchTrainerConfig
 from trinity.trainer.batch import TokenBatch
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def load_causal_lm(path: str | Path, dtype: str = "float32") -> nn.Module:
+def load_causal_lm(path: str | Path, dtype: str = "float32") -> PreTrainedModel:
     """A causal LM from `path` (config + safetensors), in `dtype`, in train mode."""
     from transformers import AutoModelForCausalLM
 
@@ -43,7 +46,7 @@ def apply_lora(model: nn.Module, trainer: TorchTrainerConfig) -> nn.Module:
 
     cfg = LoraConfig(
         r=trainer.lora_rank,
-        lora_alpha=trainer.lora_alpha if trainer.lora_alpha is not None else 2.0 * trainer.lora_rank,
+        lora_alpha=trainer.lora_alpha if trainer.lora_alpha is not None else 2 * trainer.lora_rank,
         lora_dropout=trainer.lora_dropout,
         target_modules=list(trainer.lora_target_modules),
         task_type="CAUSAL_LM",
@@ -51,11 +54,15 @@ def apply_lora(model: nn.Module, trainer: TorchTrainerConfig) -> nn.Module:
     return get_peft_model(model, cfg)
 
 
-def causal_lm(model: nn.Module) -> nn.Module:
+def causal_lm(model: nn.Module) -> PreTrainedModel:
     """The underlying `*ForCausalLM` module (peft wraps it as `base_model.model`)."""
     from peft import PeftModel
+    from transformers import PreTrainedModel
 
-    return model.base_model.model if isinstance(model, PeftModel) else model
+    lm = model.get_submodule("base_model.model") if isinstance(model, PeftModel) else model
+    if not isinstance(lm, PreTrainedModel):
+        raise TypeError(f"expected a Hugging Face causal LM, got {type(lm).__name__}")
+    return lm
 
 
 def freeze(model: nn.Module) -> nn.Module:
@@ -78,10 +85,13 @@ class ReferencePolicy:
 
     @contextmanager
     def active(self) -> Iterator[nn.Module]:
+        from peft import PeftModel
+
         if self._copy is not None:
             yield self._copy
             return
-        with self._policy.disable_adapter():  # type: ignore[operator]
+        assert isinstance(self._policy, PeftModel)  # uses_lora: the policy carries the adapters
+        with self._policy.disable_adapter():
             yield self._policy
 
 
@@ -128,8 +138,8 @@ def response_hidden(model: nn.Module, batch: TokenBatch) -> tuple[torch.Tensor, 
     from trinity.trainer.logprobs import gather_positions
 
     lm = causal_lm(model)
-    hidden = decode(lm.model, batch)
-    return gather_positions(hidden, batch.response_index, batch.response_row), lm.lm_head
+    hidden = decode(lm.get_submodule("model"), batch)
+    return gather_positions(hidden, batch.response_index, batch.response_row), lm.get_submodule("lm_head")
 
 
 def maybe_no_grad(enabled: bool) -> Any:

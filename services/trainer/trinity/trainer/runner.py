@@ -72,7 +72,7 @@ class TrainerRunner(ReportingRunner):
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self, reason: explorer_pb2.StopReason.ValueType, detail: str = "") -> None:
+    def stop(self, reason: explorer_pb2.StopReason, detail: str = "") -> None:
         """Input exhausted: drain what is already in the stream; any other reason: stop after this step."""
         log.info("trainer.stopping", run_id=self.run_id, reason=explorer_pb2.StopReason.Name(reason), detail=detail)
         if reason == explorer_pb2.STOP_REASON_INPUT_EXHAUSTED:
@@ -114,8 +114,8 @@ class TrainerRunner(ReportingRunner):
             import torch
 
             torch.set_num_threads(threads)
-        self.backend = build_backend(with_model_dir(cfg), self.stage_dir / "checkpoints")
-        self._resume()
+        backend = self.backend = build_backend(with_model_dir(cfg), self.stage_dir / "checkpoints")
+        self._resume(backend)
         self.state = "running"
         if cfg.mode == "both":
             self.publisher = WeightPublisher(
@@ -130,12 +130,12 @@ class TrainerRunner(ReportingRunner):
             self.publisher.open()
         total = cfg.buffer.total_steps
         while self.step < total and not self._stop.is_set():
-            batch = self._read_batch()
+            batch = self._read_batch(backend)
             if batch is None:
                 break
             entry_ids, experiences, dropped_stale = batch
             started = time.perf_counter()
-            metrics = self.backend.train_step(experiences)
+            metrics = backend.train_step(experiences)
             if metrics.get("skipped"):
                 # Nothing new (all already trained, e.g. redelivered after a crash): they are in the
                 # checkpoint already, so acknowledge them at once.
@@ -143,15 +143,15 @@ class TrainerRunner(ReportingRunner):
                 continue
             metrics["seconds"] = time.perf_counter() - started
             metrics["dropped_stale"] = float(dropped_stale)
-            self._commit(entry_ids)
+            self._commit(backend, entry_ids)
             if self.publisher is not None and self.step % cfg.synchronizer.sync_interval == 0:
-                metrics.update(self.publisher.publish(self.model_version, self.backend.named_weights))
+                metrics.update(self.publisher.publish(self.model_version, backend.named_weights))
             self._report("train", step=self.step, metrics=metrics)
-        self._commit([], checkpoint=True)  # the final state is a checkpoint too: resume continues from it
-        final = self.backend.save_hf(self.stage_dir / "final")
+        self._commit(backend, [], checkpoint=True)  # the final state is a checkpoint too: resume continues from it
+        final = backend.save_hf(self.stage_dir / "final")
         return final
 
-    def _resume(self) -> None:
+    def _resume(self, backend: TrainerBackend) -> None:
         from trinity.trainer import checkpoint as ckpt
 
         root = self.stage_dir / "checkpoints"
@@ -159,10 +159,10 @@ class TrainerRunner(ReportingRunner):
             path = ckpt.resolve(root)
         except FileNotFoundError:
             return
-        self.backend.load_checkpoint(path)  # type: ignore[union-attr]
+        backend.load_checkpoint(path)
         self._report("log", message=f"resumed from {path} at step {self.step}")
 
-    def _read_batch(self) -> tuple[list[str], list[common_pb2.Experience], int] | None:
+    def _read_batch(self, backend: TrainerBackend) -> tuple[list[str], list[common_pb2.Experience], int] | None:
         """Exactly one train batch, or what is left when draining; None when there is nothing more."""
         cfg = self.config
         want = cfg.train_batch_size
@@ -180,20 +180,20 @@ class TrainerRunner(ReportingRunner):
             experiences += got.experiences
             if not got.experiences and self.publisher is not None and self.publisher.group_lost():
                 # An explorer was lost: re-form the group and push the current version to its replacement.
-                self.publisher.reform(self.model_version, self.backend.named_weights)  # type: ignore[union-attr]
+                self.publisher.reform(self.model_version, backend.named_weights)
             if not got.experiences and self._drain.is_set():
                 break
         if self._stop.is_set() or not experiences:
             return None
         return entry_ids, experiences, dropped
 
-    def _commit(self, entry_ids: list[str], *, checkpoint: bool = False) -> None:
+    def _commit(self, backend: TrainerBackend, entry_ids: list[str], *, checkpoint: bool = False) -> None:
         """Acknowledge once the update that used the entries is durable: the backend checkpoints every
         `save_interval` steps (with the consumed ids); without checkpoints, once the update is applied."""
         self._unacked += entry_ids
         interval = self.config.trainer.save_interval
         if checkpoint:
-            self.backend.save_checkpoint()  # type: ignore[union-attr]
+            backend.save_checkpoint()
         elif interval and self.step % interval:
             return  # acknowledged with the next checkpoint
         if self._unacked:

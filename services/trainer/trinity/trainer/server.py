@@ -25,7 +25,8 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
 
     @property
     def runner(self) -> TrainerRunner | None:
-        return self.host.runner  # type: ignore[no-any-return]
+        runner: TrainerRunner | None = self.host.runner  # RunHost holds whatever `_make_runner` built
+        return runner
 
     def _make_runner(self, request: explorer_pb2.StartRunRequest, config: RunConfig) -> TrainerRunner:
         return TrainerRunner(

@@ -243,7 +243,7 @@ class TorchBackend(PolicyForward):
         sums: dict[str, float] = {}
         weights: dict[str, float] = {}
         norms: list[float] = []
-        lr = self.scheduler.get_last_lr()[0]
+        lr = float(self.scheduler.get_last_lr()[0])
         self.policy.train()
         for _ in range(self.trainer.ppo_epochs):
             for mini in self._mini_batches(len(samples)):

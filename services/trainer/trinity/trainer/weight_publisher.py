@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -17,6 +18,10 @@ from trinity.models.digest import weights_digest
 from trinity.runtime.agent import has_gpu
 from trinity.runtime.logging import get_logger
 from trinity.v1 import gateway_pb2
+
+if TYPE_CHECKING:
+    from trinity.sync.interface import SyncSender
+    from trinity.sync.spec import Rendezvous
 
 log = get_logger(__name__)
 
@@ -45,12 +50,12 @@ class WeightPublisher:
         self.checkpoint_dir = checkpoint_dir
         self.max_attempts = max_attempts
         self.method = config.method
-        self._rendezvous = None
-        self._sender = None
+        self._rendezvous: Rendezvous | None = None
+        self._sender: SyncSender | None = None
         self.generation = 0
 
-    def open(self) -> None:
-        """Open a new generation and wait until every explorer worker has joined it."""
+    def open(self) -> SyncSender:
+        """Open a new generation and wait until every explorer worker has joined it; its sender."""
         from trinity.sync import SyncGroupSpec, open_sender, reserve_rendezvous
 
         collective = self.method != "checkpoint"
@@ -90,9 +95,10 @@ class WeightPublisher:
         spec = sync_spec(group)
         self.generation = group.generation
         options = {"rendezvous": self._rendezvous} if spec.is_collective else {}
-        self._sender = open_sender(spec, **options)
-        self._sender.init()
+        sender = self._sender = open_sender(spec, **options)
+        sender.init()
         log.info("weights.group_ready", generation=group.generation, backend=spec.backend)
+        return sender
 
     def group_lost(self) -> bool:
         """True when the Gateway closed our generation (a member died): it must be re-formed."""
@@ -113,12 +119,11 @@ class WeightPublisher:
         from trinity.sync import SyncError
 
         for attempt in range(1, self.max_attempts + 1):
-            if self._sender is None:
-                self.open()
+            sender = self._sender or self.open()
             started = time.perf_counter()
             try:
                 self.gateway.announce_weights(self.run_id, self.generation, version)
-                report = self._sender.publish(version, named_tensors())  # type: ignore[union-attr]
+                report = sender.publish(version, named_tensors())
             except SyncError as err:
                 log.warning("weights.publish_failed", version=version, attempt=attempt, error=str(err))
                 self.gateway.report_sync_failure(self.run_id, self.generation, self.instance_id, str(err))

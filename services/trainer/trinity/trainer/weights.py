@@ -27,7 +27,8 @@ def _lora_deltas(model: nn.Module) -> dict[str, torch.Tensor]:
         if isinstance(module, LoraLayer):
             for adapter in module.active_adapters:
                 if adapter in module.lora_A:
-                    delta = module.get_delta_weight(adapter)
+                    # Every concrete LoraLayer (Linear, Embedding, Conv) defines it; the mixin base does not.
+                    delta = module.get_delta_weight(adapter)  # type: ignore[attr-defined]
                     key = f"{name}.weight"
                     deltas[key] = deltas[key] + delta if key in deltas else delta
     return deltas
@@ -70,7 +71,7 @@ def save_hf(model: nn.Module, tokenizer: Any, out_dir: str | Path) -> Path:
     lm = causal_lm(model)
     config = lm.config
     if lm is model:
-        model.save_pretrained(out, safe_serialization=True)
+        lm.save_pretrained(out, safe_serialization=True)
     else:
         plain = AutoModelForCausalLM.from_config(config, dtype=next(lm.parameters()).dtype)
         state = dict(named_weights(model))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from trinity.config.names import COMPOSITE_PREFIX, parse_composite_reward
+from trinity.config.registered import COMPOSITE_PREFIX, parse_composite_reward
 from trinity.explorer.rewards.base import REWARDS, RewardFn, _to_outcome
 from trinity.v1 import common_pb2
 

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 
 from trinity.config import OptimizerSection
 from trinity.trainer.megatron.hf_mapping import ModelShape, hf_to_megatron, shape_from_hf_config
+
+if TYPE_CHECKING:  # megatron-core is imported inside the worker processes only
+    from megatron.core.distributed import DistributedDataParallel
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -124,7 +127,7 @@ def load_hf_weights(model: torch.nn.Module, model_path: str | Path, shape: Model
             own[name].copy_(tensor)
 
 
-def wrap_ddp(model: torch.nn.Module, config: Any) -> torch.nn.Module:
+def wrap_ddp(model: torch.nn.Module, config: Any) -> DistributedDataParallel:
     """Megatron DDP (grad buffers; data-parallel size 1 here, but the optimizer expects the wrapper)."""
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
 

@@ -1,0 +1,208 @@
+"""The compose stack in real containers (`make test-containers`): a tiny-model GRPO job from the host through
+the SDK to SUCCEEDED with two explorers in the sync group, one explorer killed mid-run and brought back by its
+restart policy, and every service's own metrics scraped from its published port.
+
+Needs a Docker engine and the images deploy/docker/build-images.sh builds; marked `containers` (not in the
+default suite). Containers talk only over the compose network; the host reaches published loopback ports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.deploy.compose import BASE, ROOT, compose_command
+from tests.e2e.conftest import EXAMPLES, tiny_config
+from trinity.runtime.redis_server import free_port
+from trinity.sdk import TrinityClient
+from trinity.v1 import gateway_pb2
+
+pytestmark = pytest.mark.containers
+
+TOKEN = "container-test-token"
+IMAGES = ["local/redis:7", "trinity/gateway:0.1.0", "trinity/buffer:0.1.0", "trinity/trainer:0.1.0-cpu",
+          "trinity/explorer:0.1.0-cpu"]  # fmt: skip
+# Each service's own metrics (beyond the client library's process metrics), as the scrape must find them.
+OWN_METRICS = {
+    "gateway": ["trinity_gateway_runs", "trinity_gateway_events_total", "trinity_gateway_sync_groups_formed_total"],
+    "buffer": ["trinity_buffer_put_total", "trinity_buffer_acked_total"],
+    "trainer": ["trinity_trainer_step_seconds", "trinity_trainer_tokens_per_second", "trinity_trainer_loss",
+                "trinity_trainer_grad_norm", "trinity_trainer_sync_seconds", "trinity_trainer_sync_bytes_total"],
+    "explorer": ["trinity_explorer_rollout_tokens_per_second", "trinity_explorer_reward_mean",
+                 "trinity_explorer_weight_version", "trinity_explorer_staleness"],
+}  # fmt: skip
+
+
+def docker(*args: str, check: bool = True) -> str:
+    done = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=300)
+    if check and done.returncode != 0:
+        raise AssertionError(f"docker {' '.join(args)}: {done.stderr}")
+    return done.stdout.strip()
+
+
+@dataclass
+class Stack:
+    project: str
+    files: list[Path]
+    env: dict[str, str]
+    gateway: str
+    metrics_ports: dict[str, list[int]]
+
+    def compose(self, *args: str, timeout: float = 600) -> str:
+        command = [*compose_command(), "-p", self.project, *(a for f in self.files for a in ("-f", str(f))), *args]
+        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=self.env, timeout=timeout)
+        assert done.returncode == 0, f"{' '.join(args)}: {done.stderr[-3000:]}"
+        return done.stdout
+
+    def containers(self, service: str) -> list[str]:
+        return self.compose("ps", "-q", service).split()
+
+    def wait_healthy(self, timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            states = {
+                c: docker("inspect", "-f", "{{.State.Health.Status}}", c)
+                for s in OWN_METRICS
+                for c in self.containers(s)
+            }
+            if states and all(state == "healthy" for state in states.values()):
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"not healthy after {timeout:.0f} s: {states}\n{self.compose('logs', '--tail=40')}")
+            time.sleep(2)
+
+
+def _job_folder(tmp_path: Path, tiny_model: Path) -> Path:
+    """The model and task files, world-readable for the containers' uid 10001, mounted read-only at /job."""
+    job = tmp_path / "job"
+    shutil.copytree(tiny_model, job / "model")
+    for name in ("train.jsonl", "eval.jsonl"):
+        shutil.copy(EXAMPLES / name, job / name)
+    for path in [tmp_path, *tmp_path.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return job
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, tiny_model) -> Iterator[Stack]:
+    if shutil.which("docker") is None or subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
+        pytest.fail("no Docker engine answers: `make test-containers` starts one (deploy/docker/engine.sh)")
+    missing = [image for image in IMAGES if not docker("images", "-q", image)]
+    assert not missing, f"images not built: {missing}; run deploy/docker/build-images.sh"
+    tmp_path = tmp_path_factory.mktemp("containers")
+    job = _job_folder(tmp_path, tiny_model)
+    override = tmp_path / "docker-compose.job.yml"
+    mount = {"volumes": [f"{job}:/job:ro"]}
+    override.write_text(yaml.safe_dump({"services": {"buffer": mount, "explorer": mount, "trainer": mount}}))
+    explorer_ports = free_port()
+    metrics = {
+        "gateway": [free_port()],
+        "buffer": [free_port()],
+        "trainer": [free_port()],
+        "explorer": [explorer_ports, explorer_ports + 1],
+    }
+    gateway_port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRINITY_")} | {
+        "TRINITY_REDIS_IMAGE": "local/redis:7",
+        "TRINITY_AUTH_TOKEN": TOKEN,
+        "TRINITY_GATEWAY_PORT": str(gateway_port),
+        "TRINITY_GATEWAY_METRICS_PORT": str(metrics["gateway"][0]),
+        "TRINITY_BUFFER_METRICS_PORT": str(metrics["buffer"][0]),
+        "TRINITY_TRAINER_METRICS_PORT": str(metrics["trainer"][0]),
+        "TRINITY_EXPLORER_METRICS_PORTS": f"{explorer_ports}-{explorer_ports + 1}",
+        "TRINITY_EXPLORER_THREADS": "1",
+        "TRINITY_TRAINER_THREADS": "2",
+    }
+    stack = Stack(f"trinity-test-{os.getpid()}", [*BASE, override], env, f"127.0.0.1:{gateway_port}", metrics)
+    try:
+        stack.compose("up", "-d", "--no-build", "--scale", "explorer=2")
+        stack.wait_healthy()
+        yield stack
+    finally:
+        logs = subprocess.run(
+            [*compose_command(), "-p", stack.project, *(a for f in stack.files for a in ("-f", str(f))), "logs"],
+            capture_output=True, text=True, cwd=ROOT, env=env,
+        )  # fmt: skip
+        (tmp_path / "compose.log").write_text(logs.stdout + logs.stderr)
+        stack.compose("down", "--volumes", "--remove-orphans")
+
+
+def _container_config() -> dict:
+    config = tiny_config(
+        Path("/job/model"),
+        **{
+            "buffer.total_steps": 5,
+            "buffer.taskset.path": "/job/train.jsonl",
+            "buffer.taskset.lease_seconds": 30,
+            "buffer.eval_tasksets": [],
+            "explorer.num_workers": 2,
+            "synchronizer.timeout_seconds": 60,
+        },
+    )
+    return config
+
+
+@pytest.fixture(scope="module")
+def finished_run(stack) -> tuple[gateway_pb2.Run, list[gateway_pb2.RunEvent], dict[str, int]]:
+    """The job, with one explorer container's process killed (SIGKILL from the host) after train step 2."""
+    killed: dict[str, int] = {}
+    events: list[gateway_pb2.RunEvent] = []
+    with TrinityClient(stack.gateway, token=TOKEN) as client:
+        run = client.create_run(_container_config())
+        for event in run.watch():
+            events.append(event)
+            if event.kind == "train" and event.step == 2 and not killed:
+                victim = stack.containers("explorer")[0]
+                before = int(docker("inspect", "-f", "{{.RestartCount}}", victim))
+                os.kill(int(docker("inspect", "-f", "{{.State.Pid}}", victim)), 9)
+                killed = {"container": victim, "restarts_before": before}  # type: ignore[dict-item]
+        final = run.wait(timeout=300)
+    return final, events, killed
+
+
+def test_the_job_succeeds_with_two_explorers_in_the_sync_group(finished_run):
+    final, events, _ = finished_run
+    assert gateway_pb2.RunState.Name(final.state) == "RUN_STATE_SUCCEEDED", final.error
+    assert (final.train_step, final.model_version) == (5, 5)
+    assert list(final.assignments.values()).count("explorer") >= 2
+    assert any("world" in e.message and "3" in e.message for e in events if e.kind == "log") or any(
+        "generation" in e.message for e in events
+    )
+
+
+def test_a_killed_explorer_container_is_restarted_and_rejoins(stack, finished_run):
+    final, events, killed = finished_run
+    assert killed, "the run ended before train step 2"
+    restarts = int(docker("inspect", "-f", "{{.RestartCount}}", str(killed["container"])))
+    assert restarts == killed["restarts_before"] + 1  # the restart policy, not the test, brought it back
+    messages = [e.message for e in events]
+    assert any("lost (no heartbeat)" in m or "replaces" in m for m in messages), messages[-20:]
+    assert gateway_pb2.RunState.Name(final.state) == "RUN_STATE_SUCCEEDED"
+
+
+@pytest.mark.parametrize("service", sorted(OWN_METRICS))
+def test_every_service_exports_its_own_metrics(stack, finished_run, service):
+    for port in stack.metrics_ports[service][: len(stack.containers(service))]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+            text = reply.read().decode()
+        names = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
+        missing = [m for m in OWN_METRICS[service] if not any(n.startswith(m) for n in names)]
+        assert not missing, f"{service} on :{port} lacks {missing}"
+
+
+def test_published_ports_listen_on_loopback_only(stack):
+    for service in OWN_METRICS:
+        for container in stack.containers(service):
+            bindings = json.loads(docker("inspect", "-f", "{{json .NetworkSettings.Ports}}", container))
+            hosts = {b["HostIp"] for mapped in bindings.values() if mapped for b in mapped}
+            assert hosts <= {"127.0.0.1"}, (service, hosts)
