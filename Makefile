@@ -13,7 +13,7 @@ PROTO_OUT := services/common/trinity/v1
 DISTS := services/common sdk algorithms weights services/buffer services/gateway services/trainer services/explorer
 PYPROJECTS := $(addsuffix /pyproject.toml,$(DISTS) cli)
 
-.PHONY: setup lock proto test test-all test-containers bench lint run clean
+.PHONY: setup lock proto config-docs test test-all test-containers bench lint run clean
 
 setup: $(STAMP)
 
@@ -41,6 +41,10 @@ proto: | $(STAMP)
 	  --grpc_python_out=.proto-build $(PROTO_SRC)
 	mv .proto-build/trinity/v1 $(PROTO_OUT) && rm -rf .proto-build
 	touch $(PROTO_OUT)/__init__.py
+
+# docs/config.md is generated from the schema (tests/config fails while it is stale).
+config-docs: | $(STAMP)
+	$(PY) -m trinity.config.reference > docs/config.md
 
 test: $(STAMP)
 	$(PY) -m pytest -q

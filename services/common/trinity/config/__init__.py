@@ -2,6 +2,10 @@
 
 Configs are validated at the boundary (CLI, gRPC requests) so that a wrong key, type or value is
 reported with the field that is wrong, before any work starts.
+
+One module per section (`buffer`, `explorer`, `trainer`, `sync`); `run` holds `RunConfig` and its
+loading; `spec` converts a section to its proto message and back; `reference` writes docs/config.md.
+A component reads its section as it is: there is no second settings model to copy it into.
 """
 
 from trinity.config.buffer import (

@@ -22,7 +22,7 @@ class OptimizerSection(_Section):
     eps: float = Field(default=1e-8, gt=0, description="AdamW epsilon")
     weight_decay: float = Field(default=0.01, ge=0, description="AdamW decoupled weight decay, on every parameter")
     schedule: Literal["constant", "warmup", "cosine"] = Field(
-        default="constant", description="lr schedule; cosine decays to min_lr_ratio * lr at buffer.total_steps"
+        default="constant", description="lr schedule; cosine reaches min_lr_ratio * lr after buffer.total_steps updates"
     )
     warmup_steps: int = Field(default=0, ge=0, description="updates of linear warmup (warmup and cosine schedules)")
     min_lr_ratio: float = Field(default=0.0, ge=0, le=1, description="cosine: the final lr as a fraction of lr")
