@@ -19,6 +19,7 @@ from trinity.clients import BufferClient, GatewayClient
 from trinity.clients.gateway import RunReporter
 from trinity.config import RunConfig, naming
 from trinity.explorer.engines.base import Engine, SamplingSettings
+from trinity.explorer.metrics import WEIGHT_VERSION
 from trinity.explorer.weight_feed import WeightFeed
 from trinity.explorer.workflows import create_workflow
 from trinity.explorer.workflows.base import RolloutSettings, Workflow
@@ -151,6 +152,7 @@ class ExplorerContext(ReportingRunner):
                 version, tensors = staged
                 started = time.perf_counter()
                 self.engine.load_weights(version, tensors)
+                WEIGHT_VERSION.set(version)
                 self.report(
                     "weights",
                     message=f"serving version {version}",

@@ -13,6 +13,7 @@ import time
 from trinity.config import RunConfig
 from trinity.explorer.context import ExplorerContext
 from trinity.explorer.evaluation import evaluate, passed, task_results
+from trinity.explorer.metrics import ENGINE_QUEUE, record_rollout
 from trinity.v1 import buffer_pb2, common_pb2
 
 
@@ -51,8 +52,10 @@ def run(ctx: ExplorerContext) -> str:
                 break
             ctx.wait(0.5)  # tasks are leased elsewhere; they may come back
             continue
+        ENGINE_QUEUE.set(len(leased.tasks) * settings.repeat_times)
         with ctx.engine_guard():
             batches = ctx.workflow.run_batch(list(leased.tasks), ctx.engine, settings)
+        ENGINE_QUEUE.set(0)
         experiences = [e for batch in batches for e in batch]
         put = ctx.buffer.put(stream, experiences)
         ctx.buffer.complete_tasks(taskset, ctx.instance_id, task_results(leased.tasks, batches))
@@ -94,6 +97,7 @@ def _report_step(
         "tokens_per_second": tokens / seconds if seconds > 0 else 0.0,
         "seconds": seconds,
     }
+    record_rollout(metrics, len(experiences), ctx.step, ctx.model_version)
     ctx.report("explore", step=ctx.step + 1, metrics=metrics)
 
 

@@ -10,6 +10,7 @@ from typing import cast
 import redis
 
 from trinity.gateway import keys
+from trinity.gateway.metrics import EVENTS
 from trinity.runtime.errors import NotFound
 from trinity.v1 import gateway_pb2
 
@@ -63,6 +64,7 @@ class RunStore:
     def append_event(self, event: gateway_pb2.RunEvent) -> str:
         event.unix_ms = event.unix_ms or now_ms()
         seq = cast(bytes, self.client.xadd(keys.events(event.run_id), {"e": event.SerializeToString()}))
+        EVENTS.labels(event.kind or "unknown").inc()
         return seq.decode()
 
     def events(self, run_id: str, after: str = "0", block_ms: int = 1000) -> Iterator[gateway_pb2.RunEvent]:

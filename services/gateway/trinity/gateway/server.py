@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from trinity.gateway.metrics import export_runs
 from trinity.gateway.orchestrator import Orchestrator
 from trinity.gateway.registry import InstanceRegistry
 from trinity.gateway.runs import RunStore
@@ -20,7 +21,9 @@ def start_gateway(settings: ServiceSettings) -> GrpcServer:
         raise ValueError("the gateway keeps run state in Redis: set TRINITY_REDIS_URL or pass --redis-url")
     client = connect_redis(settings.redis_url)
     # The address services call back on is known once the server has bound its port.
-    orchestrator = Orchestrator(RunStore(client), InstanceRegistry(client), SyncGroups(client), address="")
+    runs = RunStore(client)
+    export_runs(runs)
+    orchestrator = Orchestrator(runs, InstanceRegistry(client), SyncGroups(client), address="")
     servicer = GatewayServicer(orchestrator, settings.instance_id)
 
     def shutdown() -> None:

@@ -13,6 +13,7 @@ import redis
 
 from trinity.config.sync import SyncMethod
 from trinity.gateway import keys
+from trinity.gateway.metrics import SYNC_GROUPS_FORMED
 from trinity.runtime.errors import FailedPrecondition, InvalidArgument, NotFound
 from trinity.v1 import gateway_pb2
 
@@ -92,6 +93,7 @@ class SyncGroups:
             if len(group.members) == group.world_size:
                 group.backend = choose_backend(group.backend, [m.has_gpu for m in group.members])
                 group.ready = True
+                SYNC_GROUPS_FORMED.inc()
             self._save(group)
             group.rank = rank
             return group

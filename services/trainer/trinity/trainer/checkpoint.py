@@ -23,6 +23,8 @@ import torch
 from safetensors.torch import load_model, save_model
 from torch import nn
 
+from trinity.trainer.metrics import CHECKPOINT_SECONDS
+
 LATEST = "latest"
 
 
@@ -49,6 +51,7 @@ def _set_rng_state(state: dict[str, Any], generator: torch.Generator) -> None:
     generator.set_state(state["generator"])
 
 
+@CHECKPOINT_SECONDS.time()
 def save(
     root: str | Path,
     *,

@@ -19,6 +19,7 @@ from trinity.models import resolve_model_path
 from trinity.runtime.logging import get_logger
 from trinity.runtime.run_host import ReportingRunner
 from trinity.trainer.backend import TrainerBackend, build_backend
+from trinity.trainer.metrics import record_step
 from trinity.trainer.weight_publisher import WeightPublisher
 from trinity.v1 import common_pb2, explorer_pb2
 
@@ -146,6 +147,7 @@ class TrainerRunner(ReportingRunner):
             self._commit(backend, entry_ids)
             if self.publisher is not None and self.step % cfg.synchronizer.sync_interval == 0:
                 metrics.update(self.publisher.publish(self.model_version, backend.named_weights))
+            record_step(metrics)
             self._report("train", step=self.step, metrics=metrics)
         self._commit(backend, [], checkpoint=True)  # the final state is a checkpoint too: resume continues from it
         final = backend.save_hf(self.stage_dir / "final")

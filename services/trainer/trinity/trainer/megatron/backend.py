@@ -19,6 +19,7 @@ from trinity.config import MegatronTrainerConfig, RunConfig
 from trinity.trainer.backend import register_backend
 from trinity.trainer.megatron.hf_mapping import check_parallelism, shape_from_hf_config
 from trinity.trainer.megatron.launcher import WorkerGroup
+from trinity.trainer.metrics import CHECKPOINT_SECONDS
 from trinity.v1 import common_pb2
 
 
@@ -72,6 +73,7 @@ class MegatronBackend:
         result: torch.Tensor = self._workers.call("score", [e.SerializeToString() for e in experiences])
         return result
 
+    @CHECKPOINT_SECONDS.time()
     def save_checkpoint(self, path: str | Path | None = None) -> Path:
         root = path or self.checkpoint_dir
         if root is None:
