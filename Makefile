@@ -68,7 +68,7 @@ bench: $(BENCH_STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy services/common/trinity/config services/common/trinity/runtime services/common/trinity/clients sdk algorithms
+	$(VENV)/bin/mypy services algorithms sdk weights cli
 
 run: $(STAMP)
 	$(VENV)/bin/trinity run --config examples/quickstart/config.yaml --output runs/quickstart

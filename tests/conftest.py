@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from trinity.runtime.serve import PARENT_ENV
 from trinity.models.tiny import build_tiny_llama
 from trinity.runtime.client import wait_until_serving
 from trinity.runtime.redis_server import RedisServer, free_port, start_redis_server
+from trinity.runtime.serve import PARENT_ENV
 
 # Two cores: keep every process to one compute thread so test processes do not starve each other.
 os.environ.setdefault("OMP_NUM_THREADS", "1")

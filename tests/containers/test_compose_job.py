@@ -78,7 +78,9 @@ class Stack:
             if states and all(state == "healthy" for state in states.values()):
                 return
             if time.monotonic() > deadline:
-                raise AssertionError(f"not healthy after {timeout:.0f} s: {states}\n{self.compose('logs', '--tail=40')}")
+                raise AssertionError(
+                    f"not healthy after {timeout:.0f} s: {states}\n{self.compose('logs', '--tail=40')}"
+                )
             time.sleep(2)
 
 

@@ -119,7 +119,9 @@ def test_the_cuda_flavour_takes_vllm_and_megatron_core():
 def test_requirements_keep_pyproject_base_dependencies_for_every_image():
     import tomllib
 
-    base = _names(tomllib.loads((ROOT / "services" / "common" / "pyproject.toml").read_text())["project"]["dependencies"])
+    base = _names(
+        tomllib.loads((ROOT / "services" / "common" / "pyproject.toml").read_text())["project"]["dependencies"]
+    )
     for name in SERVICES:
         assert base <= _names(_requirements(name, "cpu")), name
 

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
 OVERLAYS = ["cpu", "gpu"]
@@ -154,7 +153,9 @@ def test_models_and_checkpoints_live_on_the_shared_volume(overlay):
     _, docs = overlay
     for service in ("explorer", "trainer"):
         pod = docs[("Deployment", service)]["spec"]["template"]["spec"]
-        claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v}
+        claims = {
+            v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v
+        }
         mounts = {m["mountPath"]: m["name"] for m in pod["containers"][0]["volumeMounts"]}
         assert claims[mounts["/data"]] == "trinity-data", service  # TRINITY_MODEL_CACHE, TRINITY_RUNS_DIR: /data
     assert docs[("PersistentVolumeClaim", "trinity-data")]["spec"]["accessModes"] == ["ReadWriteMany"]

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = sorted([ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("deploy/**/*.md"), *ROOT.glob("examples/**/*.md")])
+PAGES = sorted(
+    [ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("deploy/**/*.md"), *ROOT.glob("examples/**/*.md")]
+)
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 # A backticked path that starts at one of the repository's top-level folders, e.g. `services/buffer/Dockerfile`.
 TOP = "|".join(sorted(p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")))

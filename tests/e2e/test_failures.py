@@ -7,9 +7,9 @@ import time
 
 from tests.conftest import ServiceProcess
 from tests.e2e.conftest import tiny_config
+from trinity.cli.launcher import LocalStack
 from trinity.clients import BufferClient
 from trinity.config import RunConfig, naming
-from trinity.cli.launcher import LocalStack
 from trinity.sdk import TrinityClient
 from trinity.v1 import gateway_pb2
 
