@@ -16,15 +16,20 @@ from trinity.config.registered import OperatorName, RewardSpec, SelectorName
 DataFormat = Literal["", "jsonl", "parquet", "datasets"]
 
 
-class TaskSetConfig(_Section):
-    """A file of tasks the buffer hands out under leases (the gateway prefixes the name with run and stage)."""
+class _DataFile(_Section):
+    """Where rows come from: task sets and offline data read files the same way."""
 
-    name: str = Field(default="train", description="task-set name, unique in the run")
     path: str = Field(
         min_length=1, description="JSONL or Parquet file, or a `datasets` directory; relative to the config file"
     )
     format: DataFormat = Field(default="", description="file format; empty = guessed from the path")
     split: str = Field(default="train", description="split of a `datasets` directory")
+
+
+class TaskSetConfig(_DataFile):
+    """A file of tasks the buffer hands out under leases (the gateway prefixes the name with run and stage)."""
+
+    name: str = Field(default="train", description="task-set name, unique in the run")
     prompt_key: str = Field(default="prompt", description="row field (dotted path) holding the prompt or chat messages")
     answer_key: str = Field(default="answer", description="row field (dotted path) holding the reference answer")
     epochs: int = Field(default=1, ge=1, le=1_000_000, description="passes over the rows before the set is exhausted")
@@ -47,14 +52,9 @@ class TaskSetConfig(_Section):
     _name = field_validator("name")(_check_name)
 
 
-class OfflineDataConfig(_Section):
+class OfflineDataConfig(_DataFile):
     """SFT samples or DPO pairs loaded from a file into the training stream (train mode)."""
 
-    path: str = Field(
-        min_length=1, description="JSONL or Parquet file, or a `datasets` directory; relative to the config file"
-    )
-    format: DataFormat = Field(default="", description="file format; empty = guessed from the path")
-    split: str = Field(default="train", description="split of a `datasets` directory")
     prompt_key: str = Field(default="prompt", description="row field holding the prompt (SFT and DPO)")
     response_key: str = Field(default="response", description="SFT: row field holding the response")
     messages_key: str = Field(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 import torch
 
@@ -54,3 +54,16 @@ register_backend = BACKENDS.register
 def build_backend(config: RunConfig, checkpoint_dir: Path | None = None) -> TrainerBackend:
     """The backend named by `config.trainer.backend`, constructed from the run config."""
     return BACKENDS.get(config.trainer.backend)(config, checkpoint_dir)
+
+
+Section = TypeVar("Section")
+
+
+def backend_section(config: RunConfig, section: type[Section], name: str, checkpoint_dir: Path | None) -> Section:
+    """`config.trainer` as the section `name` reads, refusing a config meant for another backend."""
+    trainer = config.trainer
+    if not isinstance(trainer, section):
+        raise ValueError(f"{name} cannot train a config with trainer.backend {trainer.backend!r}")
+    if trainer.save_interval and checkpoint_dir is None:
+        raise ValueError("trainer.save_interval needs a checkpoint directory")
+    return trainer

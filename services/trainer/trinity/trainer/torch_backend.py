@@ -21,7 +21,7 @@ from torch import nn
 from trinity.config import RunConfig, TorchTrainerConfig
 from trinity.trainer import checkpoint as ckpt
 from trinity.trainer.algorithm import AlgorithmParts, resolve_algorithm
-from trinity.trainer.backend import register_backend
+from trinity.trainer.backend import backend_section, register_backend
 from trinity.trainer.batch import (
     Sample,
     TokenBatch,
@@ -56,12 +56,8 @@ class TorchBackend(PolicyForward):
     def __init__(
         self, config: RunConfig, checkpoint_dir: Path | None = None, algorithm: AlgorithmParts | None = None
     ) -> None:
-        if not isinstance(config.trainer, TorchTrainerConfig):
-            raise ValueError(f"TorchBackend needs trainer.backend 'torch', got {config.trainer.backend!r}")
-        if config.trainer.save_interval and checkpoint_dir is None:
-            raise ValueError("trainer.save_interval needs a checkpoint directory")
+        self.trainer = backend_section(config, TorchTrainerConfig, "TorchBackend", checkpoint_dir)
         self.config = config
-        self.trainer: TorchTrainerConfig = config.trainer
         self.checkpoint_dir = checkpoint_dir
         self.algorithm = algorithm or resolve_algorithm(config.algorithm)
         self.max_seq_len = max_seq_len(config.model)

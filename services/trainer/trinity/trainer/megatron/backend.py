@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from trinity.config import MegatronTrainerConfig, RunConfig
-from trinity.trainer.backend import register_backend
+from trinity.trainer.backend import backend_section, register_backend
 from trinity.trainer.megatron.hf_mapping import check_parallelism, shape_from_hf_config
 from trinity.trainer.megatron.launcher import WorkerGroup
 from trinity.trainer.metrics import CHECKPOINT_SECONDS
@@ -34,12 +34,8 @@ class MegatronBackend:
         checkpoint_dir: Path | None = None,
         algorithm_factory: Callable[[], Any] | None = None,
     ) -> None:
-        if not isinstance(config.trainer, MegatronTrainerConfig):
-            raise ValueError(f"MegatronBackend needs trainer.backend 'megatron', got {config.trainer.backend!r}")
-        if config.trainer.save_interval and checkpoint_dir is None:
-            raise ValueError("trainer.save_interval needs a checkpoint directory")
+        self.trainer = backend_section(config, MegatronTrainerConfig, "MegatronBackend", checkpoint_dir)
         self.config = config
-        self.trainer: MegatronTrainerConfig = config.trainer
         self.checkpoint_dir = checkpoint_dir
         self.model_dir = Path(config.model.path)
         shape = shape_from_hf_config(json.loads((self.model_dir / "config.json").read_text()))
