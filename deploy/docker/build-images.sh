@@ -38,7 +38,12 @@ pip_quiet download -q --no-deps -d "$WHEELS" "setuptools==84.2.1" wheel
 pip_quiet download -q --no-deps -d "$WHEELS" "async-timeout>=4.0.3"
 echo "wheelhouse: $(find "$WHEELS" -name '*.whl' | wc -l) wheels in $(( $(date +%s) - started )) s"
 
-PORT="$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+# A fixed port: the wheelhouse URL is a build argument, and a new value each run would defeat the layer cache.
+PORT="${TRINITY_WHEELHOUSE_PORT:-38719}"
+if ! "$PY" -c "import socket, sys; socket.socket().bind(('127.0.0.1', int(sys.argv[1])))" "$PORT" 2>/dev/null; then
+    echo "port $PORT (the wheelhouse server) is taken: set TRINITY_WHEELHOUSE_PORT to a free one" >&2
+    exit 1
+fi
 "$PY" -m http.server --bind 127.0.0.1 --directory "$WHEELS" "$PORT" >/dev/null 2>&1 &
 SERVER=$!
 trap 'kill "$SERVER" 2>/dev/null || true' EXIT
@@ -49,7 +54,8 @@ build() {  # image tag, Dockerfile
     docker build --network host -q -t "$1" -f "$2" \
         --build-arg PYTHON_IMAGE="$BASE" --build-arg VERSION="$VERSION" \
         --build-arg PIP_NO_INDEX=1 --build-arg PIP_FIND_LINKS="http://127.0.0.1:$PORT/" --build-arg TORCH_INDEX= \
-        --build-arg REVISION="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" . >/dev/null
+        --build-arg REVISION="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" . 2>&1 >/dev/null |
+        { grep -v -E '^(DEPRECATED: The legacy builder|\s+Install the buildx|\s+https://docs.docker.com/go/buildx|\s*$)' >&2 || true; }
     echo "$1: built in $(( $(date +%s) - started )) s, $(docker image inspect -f '{{.Size}}' "$1" | awk '{printf "%.0f MB", $1/1e6}')"
 }
 build local/redis:7 deploy/docker/redis/Dockerfile

