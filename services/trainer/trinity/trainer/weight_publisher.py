@@ -69,7 +69,30 @@ class WeightPublisher:
                 timeout_s=self.config.timeout_seconds,
             )
             self._rendezvous = reserve_rendezvous(placeholder)
-        group = self.gateway.open_sync_group(
+        group = self._open_generation()
+        deadline = time.monotonic() + self.config.timeout_seconds
+        while not group.ready:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"only {len(group.members) - 1} of {self.explorers} explorer worker(s) joined the sync group "
+                    f"within {self.config.timeout_seconds:.0f}s"
+                )
+            time.sleep(0.1)
+            group = self.gateway.sync_group(self.run_id)
+            if group.world_size == 0:
+                # Closed while forming (a member of the last generation was declared lost after this one
+                # opened): nobody can join it any more, so open the next.
+                group = self._open_generation()
+        spec = sync_spec(group)
+        self.generation = group.generation
+        options = {"rendezvous": self._rendezvous} if spec.is_collective else {}
+        sender = self._sender = open_sender(spec, **options)
+        sender.init()
+        log.info("weights.group_ready", generation=group.generation, backend=spec.backend)
+        return sender
+
+    def _open_generation(self) -> gateway_pb2.SyncGroup:
+        return self.gateway.open_sync_group(
             gateway_pb2.OpenSyncGroupRequest(
                 run_id=self.run_id,
                 instance_id=self.instance_id,
@@ -83,22 +106,6 @@ class WeightPublisher:
                 bucket_mb=self.config.bucket_mb,
             )
         )
-        deadline = time.monotonic() + self.config.timeout_seconds
-        while not group.ready:
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"only {len(group.members) - 1} of {self.explorers} explorer worker(s) joined the sync group "
-                    f"within {self.config.timeout_seconds:.0f}s"
-                )
-            time.sleep(0.1)
-            group = self.gateway.sync_group(self.run_id)
-        spec = sync_spec(group)
-        self.generation = group.generation
-        options = {"rendezvous": self._rendezvous} if spec.is_collective else {}
-        sender = self._sender = open_sender(spec, **options)
-        sender.init()
-        log.info("weights.group_ready", generation=group.generation, backend=spec.backend)
-        return sender
 
     def group_lost(self) -> bool:
         """True when the Gateway closed our generation (a member died): it must be re-formed."""

@@ -1,0 +1,62 @@
+"""Forming a weight-sync generation against a live gateway, when membership changes while it forms."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from tests.conftest import ServiceProcess
+from tests.e2e.conftest import tiny_config
+from trinity.clients import GatewayClient
+from trinity.sdk import TrinityClient
+from trinity.config import SynchronizerConfig
+from trinity.trainer.weight_publisher import WeightPublisher
+
+
+def _wait_for_generation(gateway: GatewayClient, run_id: str, generation: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if gateway.sync_group(run_id).generation == generation:
+                return
+        except Exception:  # noqa: BLE001 - NOT_FOUND until the trainer opens the first generation
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"generation {generation} never opened")
+
+
+def test_a_generation_closed_while_it_forms_is_replaced_by_the_next(redis_server, unique, tmp_path):
+    """A member of the previous generation declared lost after the trainer opened this one closes it (nobody
+    can join it any more); the trainer must open the next one instead of waiting out its timeout."""
+    gateway_service = ServiceProcess("gateway", env={"TRINITY_REDIS_URL": redis_server.url}).start()
+    try:
+        with TrinityClient(gateway_service.address) as client:  # a run (pending: no services) to sync for
+            client.create_run(tiny_config(tmp_path / "model"), run_id=unique)
+        with GatewayClient(gateway_service.address) as gateway:
+            publisher = WeightPublisher(
+                gateway,
+                run_id=unique,
+                instance_id="trainer-0",
+                explorers=1,
+                config=SynchronizerConfig(method="checkpoint", timeout_seconds=60),
+                host="127.0.0.1",
+                checkpoint_dir=str(tmp_path),
+            )
+            opened: dict[str, float] = {}
+
+            def form() -> None:
+                started = time.monotonic()
+                publisher.open()
+                opened["seconds"] = time.monotonic() - started
+
+            trainer = threading.Thread(target=form, daemon=True)
+            trainer.start()
+            _wait_for_generation(gateway, unique, 1)
+            gateway.report_sync_failure(unique, 1, "explorer-lost", "declared lost while generation 1 formed")
+            _wait_for_generation(gateway, unique, 2)
+            gateway.join_sync_group(unique, "explorer-new", False)
+            trainer.join(timeout=30)
+            assert not trainer.is_alive(), "the trainer kept waiting on the closed generation"
+            assert publisher.generation == 2 and opened["seconds"] < 60
+    finally:
+        gateway_service.stop()
