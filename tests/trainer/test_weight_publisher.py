@@ -8,8 +8,8 @@ import time
 from tests.conftest import ServiceProcess
 from tests.e2e.conftest import tiny_config
 from trinity.clients import GatewayClient
-from trinity.sdk import TrinityClient
 from trinity.config import SynchronizerConfig
+from trinity.sdk import TrinityClient
 from trinity.trainer.weight_publisher import WeightPublisher
 
 
