@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 
 from tests.conftest import ServiceProcess
 from tests.e2e.conftest import tiny_config
 from trinity.clients import GatewayClient
 from trinity.config import SynchronizerConfig
 from trinity.sdk import TrinityClient
-from trinity.trainer.weight_publisher import WeightPublisher
+from trinity.trainer.weight_publisher import FormingStopped, WeightPublisher
 
 
 def _wait_for_generation(gateway: GatewayClient, run_id: str, generation: int, timeout: float = 30.0) -> None:
@@ -25,38 +29,71 @@ def _wait_for_generation(gateway: GatewayClient, run_id: str, generation: int, t
     raise AssertionError(f"generation {generation} never opened")
 
 
-def test_a_generation_closed_while_it_forms_is_replaced_by_the_next(redis_server, unique, tmp_path):
+@pytest.fixture
+def gateway(redis_server, unique, tmp_path) -> Iterator[GatewayClient]:
+    """A live gateway with a (pending: no services) run `unique` to sync for."""
+    service = ServiceProcess("gateway", env={"TRINITY_REDIS_URL": redis_server.url}).start()
+    try:
+        with TrinityClient(service.address) as client:
+            client.create_run(tiny_config(tmp_path / "model"), run_id=unique)
+        with GatewayClient(service.address) as gateway:
+            yield gateway
+    finally:
+        service.stop()
+
+
+def _publisher(gateway: GatewayClient, run_id: str, tmp_path: Path, stop: threading.Event | None = None):
+    return WeightPublisher(
+        gateway,
+        run_id=run_id,
+        instance_id="trainer-0",
+        explorers=1,
+        config=SynchronizerConfig(method="checkpoint", timeout_seconds=60),
+        host="127.0.0.1",
+        checkpoint_dir=str(tmp_path),
+        stop=stop,
+    )
+
+
+def test_a_stopped_run_ends_the_wait_for_members_at_once(gateway, unique, tmp_path):
+    """A run failed or cancelled elsewhere must not leave the trainer busy for the whole sync timeout."""
+    stop = threading.Event()
+    publisher = _publisher(gateway, unique, tmp_path, stop)
+    outcome: dict[str, object] = {}
+
+    def form() -> None:
+        started = time.monotonic()
+        try:
+            publisher.open()
+        except FormingStopped as err:
+            outcome["error"] = err
+        outcome["seconds"] = time.monotonic() - started
+
+    trainer = threading.Thread(target=form, daemon=True)
+    trainer.start()
+    _wait_for_generation(gateway, unique, 1)
+    stop.set()
+    trainer.join(timeout=10)
+    assert isinstance(outcome.get("error"), FormingStopped) and float(outcome["seconds"]) < 10
+
+
+def test_a_generation_closed_while_it_forms_is_replaced_by_the_next(gateway, unique, tmp_path):
     """A member of the previous generation declared lost after the trainer opened this one closes it (nobody
     can join it any more); the trainer must open the next one instead of waiting out its timeout."""
-    gateway_service = ServiceProcess("gateway", env={"TRINITY_REDIS_URL": redis_server.url}).start()
-    try:
-        with TrinityClient(gateway_service.address) as client:  # a run (pending: no services) to sync for
-            client.create_run(tiny_config(tmp_path / "model"), run_id=unique)
-        with GatewayClient(gateway_service.address) as gateway:
-            publisher = WeightPublisher(
-                gateway,
-                run_id=unique,
-                instance_id="trainer-0",
-                explorers=1,
-                config=SynchronizerConfig(method="checkpoint", timeout_seconds=60),
-                host="127.0.0.1",
-                checkpoint_dir=str(tmp_path),
-            )
-            opened: dict[str, float] = {}
+    publisher = _publisher(gateway, unique, tmp_path)
+    opened: dict[str, float] = {}
 
-            def form() -> None:
-                started = time.monotonic()
-                publisher.open()
-                opened["seconds"] = time.monotonic() - started
+    def form() -> None:
+        started = time.monotonic()
+        publisher.open()
+        opened["seconds"] = time.monotonic() - started
 
-            trainer = threading.Thread(target=form, daemon=True)
-            trainer.start()
-            _wait_for_generation(gateway, unique, 1)
-            gateway.report_sync_failure(unique, 1, "explorer-lost", "declared lost while generation 1 formed")
-            _wait_for_generation(gateway, unique, 2)
-            gateway.join_sync_group(unique, "explorer-new", False)
-            trainer.join(timeout=30)
-            assert not trainer.is_alive(), "the trainer kept waiting on the closed generation"
-            assert publisher.generation == 2 and opened["seconds"] < 60
-    finally:
-        gateway_service.stop()
+    trainer = threading.Thread(target=form, daemon=True)
+    trainer.start()
+    _wait_for_generation(gateway, unique, 1)
+    gateway.report_sync_failure(unique, 1, "explorer-lost", "declared lost while generation 1 formed")
+    _wait_for_generation(gateway, unique, 2)
+    gateway.join_sync_group(unique, "explorer-new", False)
+    trainer.join(timeout=30)
+    assert not trainer.is_alive(), "the trainer kept waiting on the closed generation"
+    assert publisher.generation == 2 and opened["seconds"] < 60

@@ -20,7 +20,7 @@ from trinity.runtime.logging import get_logger
 from trinity.runtime.run_host import ReportingRunner
 from trinity.trainer.backend import TrainerBackend, build_backend
 from trinity.trainer.metrics import record_step
-from trinity.trainer.weight_publisher import WeightPublisher
+from trinity.trainer.weight_publisher import FormingStopped, WeightPublisher
 from trinity.v1 import common_pb2, explorer_pb2
 
 log = get_logger(__name__)
@@ -99,6 +99,9 @@ class TrainerRunner(ReportingRunner):
             final = self._run()
             self.state = "finished"
             self._report("finished", message=f"final model: {final}", final_model_path=str(final))
+        except FormingStopped as stopped:  # the run ended elsewhere; it has reported why
+            log.info("trainer.stopped", run_id=self.run_id, detail=str(stopped))
+            self.state = "stopped"
         except Exception as err:
             log.exception("trainer.failed", run_id=self.run_id)
             self.state = "failed"
@@ -127,6 +130,7 @@ class TrainerRunner(ReportingRunner):
                 config=cfg.synchronizer,
                 host=self.advertise_host,
                 checkpoint_dir=str(self.stage_dir / "weights"),
+                stop=self._stop,
             )
             self.publisher.open()
         total = cfg.buffer.total_steps

@@ -6,6 +6,7 @@ with whoever joins next and publishes the same version again, so a waiting explo
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
@@ -28,6 +29,10 @@ log = get_logger(__name__)
 NamedTensors = Callable[[], Iterable[tuple[str, torch.Tensor]]]
 
 
+class FormingStopped(Exception):
+    """The run was stopped while the trainer waited for explorers to join a generation."""
+
+
 class WeightPublisher:
     def __init__(
         self,
@@ -40,8 +45,12 @@ class WeightPublisher:
         host: str,
         checkpoint_dir: str,
         max_attempts: int = 3,
+        stop: threading.Event | None = None,
     ) -> None:
         self.gateway = gateway
+        # Set when the run is stopped (failed elsewhere, cancelled): waiting for members then ends at once
+        # instead of holding the trainer busy for up to `timeout_seconds`.
+        self.stop = stop or threading.Event()
         self.run_id = run_id
         self.instance_id = instance_id
         self.explorers = explorers
@@ -72,6 +81,8 @@ class WeightPublisher:
         group = self._open_generation()
         deadline = time.monotonic() + self.config.timeout_seconds
         while not group.ready:
+            if self.stop.is_set():
+                raise FormingStopped(f"run {self.run_id} stopped while generation {group.generation} was forming")
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"only {len(group.members) - 1} of {self.explorers} explorer worker(s) joined the sync group "
