@@ -131,16 +131,12 @@ def stack(tmp_path_factory, tiny_model) -> Iterator[Stack]:
         stack.wait_healthy()
         yield stack
     finally:
-        logs = subprocess.run(
-            [*compose_command(), "-p", stack.project, *(a for f in stack.files for a in ("-f", str(f))), "logs"],
-            capture_output=True, text=True, cwd=ROOT, env=env,
-        )  # fmt: skip
-        (tmp_path / "compose.log").write_text(logs.stdout + logs.stderr)
+        (tmp_path / "compose.log").write_text(stack.compose("logs"))
         stack.compose("down", "--volumes", "--remove-orphans")
 
 
 def _container_config() -> dict:
-    config = tiny_config(
+    return tiny_config(
         Path("/job/model"),
         **{
             "buffer.total_steps": 5,
@@ -152,7 +148,6 @@ def _container_config() -> dict:
             "synchronizer.timeout_seconds": 240,
         },
     )
-    return config
 
 
 @dataclass
