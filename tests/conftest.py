@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,11 +16,16 @@ from trinity.models.tiny import build_tiny_llama
 from trinity.runtime.client import wait_until_serving
 from trinity.runtime.redis_server import RedisServer, free_port, start_redis_server
 from trinity.runtime.serve import PARENT_ENV
+from trinity.runtime.tls import TlsSettings
 
 # Two cores: keep every process to one compute thread so test processes do not starve each other.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Buffers started by tests read task files the tests write under the temp directory, and the repository's examples.
+os.environ.setdefault(
+    "TRINITY_DATA_ROOTS", os.pathsep.join([tempfile.gettempdir(), str(Path(__file__).resolve().parents[1])])
+)
 
 
 class ServiceProcess:
@@ -52,7 +58,12 @@ class ServiceProcess:
             stderr=subprocess.STDOUT,
         )
         try:
-            wait_until_serving(self.address, timeout=timeout, token=self.env.get("TRINITY_AUTH_TOKEN"))
+            wait_until_serving(
+                self.address,
+                timeout=timeout,
+                token=self.env.get("TRINITY_AUTH_TOKEN"),
+                tls=TlsSettings.from_env(self.env),
+            )
         except TimeoutError:
             self.stop()
             raise RuntimeError(f"{self.service} did not start:\n{self.log_path.read_text()[-4000:]}") from None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import time
@@ -29,7 +30,7 @@ from trinity.v1 import gateway_pb2
 
 pytestmark = pytest.mark.containers
 
-TOKEN = "container-test-token"
+TOKEN = secrets.token_hex(16)  # compose requires TRINITY_AUTH_TOKEN; a fresh one per run, as a deployment makes
 IMAGES = ["local/redis:7", "trinity/gateway:0.1.0", "trinity/buffer:0.1.0", "trinity/trainer:0.1.0-cpu",
           "trinity/explorer:0.1.0-cpu"]  # fmt: skip
 # Each service's own metrics (beyond the client library's process metrics), as the scrape must find them.
@@ -124,6 +125,8 @@ def stack(tmp_path_factory, tiny_model) -> Iterator[Stack]:
         "TRINITY_EXPLORER_METRICS_PORTS": f"{explorer_ports}-{explorer_ports + 1}",
         "TRINITY_EXPLORER_THREADS": "1",
         "TRINITY_TRAINER_THREADS": "2",
+        # A restarted container registers under a new instance id: the old one is lost once silent this long.
+        "TRINITY_LIVENESS_SECONDS": "5",
     }
     stack = Stack(f"trinity-test-{os.getpid()}", [*BASE, override], env, f"127.0.0.1:{gateway_port}", metrics)
     try:

@@ -27,12 +27,21 @@ def compose_command() -> list[str]:
     pytest.skip("Docker Compose is not installed (apt-get install docker-compose)")
 
 
-def resolved(files: list[Path], env: dict[str, str] | None = None, *profiles: str) -> dict[str, Any]:
-    """The whole compose model that `config` prints, with `env` as the only TRINITY_* variables."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("TRINITY_")} | (env or {})
+TOKEN = "compose-test-token"  # compose refuses to render without TRINITY_AUTH_TOKEN
+
+
+def config(files: list[Path], env: dict[str, str], *profiles: str) -> subprocess.CompletedProcess[str]:
+    """`config` run on `files`, with `env` as the only TRINITY_* variables."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("TRINITY_")} | env
     args = [*compose_command(), *(a for f in files for a in ("-f", str(f)))]
     args += [a for p in profiles for a in ("--profile", p)]
-    done = subprocess.run([*args, "config"], capture_output=True, text=True, cwd=ROOT, env=environ)
+    return subprocess.run([*args, "config"], capture_output=True, text=True, cwd=ROOT, env=environ)
+
+
+def resolved(files: list[Path], env: dict[str, str] | None = None, *profiles: str) -> dict[str, Any]:
+    """The whole compose model that `config` prints, with `env` (plus TOKEN, unless it sets one) as the only
+    TRINITY_* variables."""
+    done = config(files, {"TRINITY_AUTH_TOKEN": TOKEN} | (env or {}), *profiles)
     assert done.returncode == 0, done.stderr
     return yaml.safe_load(done.stdout)
 

@@ -10,7 +10,7 @@ from importlib import resources
 
 import pytest
 
-from tests.deploy.compose import BASE, GPU, ROOT, compose_command, mounts, published, resolved
+from tests.deploy.compose import BASE, GPU, ROOT, compose_command, config, mounts, published, resolved
 
 TRINITY = ("gateway", "buffer", "explorer", "trainer")
 
@@ -79,6 +79,37 @@ def test_the_environment_drives_ports_token_and_images():
     assert services["buffer"]["environment"]["TRINITY_AUTH_TOKEN"] == "t"
     assert services["explorer"]["image"] == "trinity/explorer:0.1.0-cuda"
     assert services["explorer"]["build"]["args"]["FLAVOR"] == "cuda"
+
+
+def test_compose_refuses_to_run_without_a_token_and_says_how_to_set_one():
+    done = config(BASE, {})
+    assert done.returncode != 0
+    assert "set TRINITY_AUTH_TOKEN" in done.stderr and ".env" in done.stderr
+
+
+TLS_ENV = {
+    "TRINITY_TLS_CERT": "/etc/trinity/tls/service.pem",
+    "TRINITY_TLS_KEY": "/etc/trinity/tls/service-key.pem",
+    "TRINITY_TLS_CA": "/etc/trinity/tls/ca.pem",
+    "TRINITY_TLS_CLIENT_AUTH": "require",
+    "TRINITY_TLS_SERVER_NAME": "trinity.internal",
+}
+
+
+def test_given_certificates_every_service_and_the_quickstart_serve_and_dial_tls(tmp_path):
+    services = resolved(BASE, {"TRINITY_TLS_DIR": str(tmp_path), **TLS_ENV}, "quickstart")["services"]
+    for name in (*TRINITY, "quickstart"):
+        environment = services[name]["environment"]
+        assert {k: environment[k] for k in TLS_ENV} == TLS_ENV, name
+        assert (str(tmp_path), "/etc/trinity/tls") in {(m.source, m.target) for m in mounts(services[name])}, name
+
+
+def test_without_certificates_every_link_is_plaintext_with_an_empty_tls_volume():
+    services = resolved(BASE, {}, "quickstart")["services"]
+    for name in (*TRINITY, "quickstart"):
+        environment = services[name]["environment"]
+        assert [environment[k] for k in ("TRINITY_TLS_CERT", "TRINITY_TLS_CA")] == ["", ""], name
+        assert ("trinity-tls", "/etc/trinity/tls") in {(m.source, m.target) for m in mounts(services[name])}, name
 
 
 def test_the_quickstart_profile_submits_through_the_gateway_and_follows_the_run():

@@ -1,7 +1,8 @@
 """docker-compose.yml, run as local processes: each Trinity service's entrypoint (from its Dockerfile),
 command and environment exactly as compose states them, with service names resolved to loopback and
 container ports mapped to free local ports. A wrong command, port or variable in the compose file fails
-here: every service must report SERVING through the compose health check, and the buffer must work."""
+here: every service must report SERVING through the compose health check, and the buffer must work.
+The stack runs as compose runs it with certificates given: mutual TLS on every link, one server name."""
 
 from __future__ import annotations
 
@@ -21,11 +22,13 @@ from tests.buffer.helpers import experience
 from tests.conftest import ServiceProcess
 from tests.deploy import dockerfile
 from tests.deploy.compose import BASE, container_ports, mounts, resolved, start_order
+from tests.deploy.pki import Pki, issue_pki
 from tests.e2e.conftest import tiny_config
 from trinity.clients import BufferClient
 from trinity.config import StreamConfig
 from trinity.runtime.client import open_channel
 from trinity.runtime.redis_server import RedisServer, free_port, start_redis_server
+from trinity.runtime.tls import TlsSettings
 from trinity.sdk import TrinityClient
 from trinity.v1 import common_pb2, explorer_pb2_grpc, gateway_pb2, gateway_pb2_grpc, trainer_pb2_grpc
 
@@ -131,8 +134,26 @@ class ComposeService(ServiceProcess):
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory) -> Iterator[tuple[Loopback, dict[str, ComposeService]]]:
-    model = resolved(BASE, {"TRINITY_AUTH_TOKEN": TOKEN})
+def pki(tmp_path_factory) -> Pki:
+    return issue_pki(tmp_path_factory.mktemp("tls"))
+
+
+def client_tls(pki: Pki) -> TlsSettings:
+    return TlsSettings(ca=pki.ca, cert=pki.client.cert, key=pki.client.key, server_name="localhost")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, pki) -> Iterator[tuple[Loopback, dict[str, ComposeService]]]:
+    in_container = "/etc/trinity/tls/"
+    tls = {
+        "TRINITY_TLS_DIR": str(pki.ca.parent),
+        "TRINITY_TLS_CERT": in_container + pki.server.cert.name,
+        "TRINITY_TLS_KEY": in_container + pki.server.key.name,
+        "TRINITY_TLS_CA": in_container + pki.ca.name,
+        "TRINITY_TLS_CLIENT_AUTH": "require",
+        "TRINITY_TLS_SERVER_NAME": "localhost",  # the name the certificates carry, whatever address is dialled
+    }
+    model = resolved(BASE, {"TRINITY_AUTH_TOKEN": TOKEN, **tls})
     services = {name: s for name, s in model["services"].items() if "profiles" not in s}  # the default stack
     loopback = Loopback(services, tmp_path_factory.mktemp("volumes"))
     redis: RedisServer | None = None
@@ -166,9 +187,9 @@ def test_every_trinity_service_is_started_from_the_compose_file(stack):
         assert service.argv[2:4] == ["trinity.runtime.serve", name]
 
 
-def test_the_buffer_works_through_the_compose_wiring(stack):
+def test_the_buffer_works_through_the_compose_wiring(stack, pki):
     _, started = stack
-    with BufferClient(started["buffer"].address, token=TOKEN) as client:
+    with BufferClient(started["buffer"].address, token=TOKEN, tls=client_tls(pki)) as client:
         client.create_stream(StreamConfig(name="compose-wiring"))
         put = client.put("compose-wiring", [experience(reward=1.0), experience(reward=0.5)])
         assert put.accepted == 2
@@ -179,19 +200,20 @@ def test_the_buffer_works_through_the_compose_wiring(stack):
 
 
 @pytest.mark.parametrize("name", sorted(STATUS_STUBS))
-def test_the_other_services_answer_get_status_with_the_compose_token(stack, name):
+def test_the_other_services_answer_get_status_with_the_compose_token(stack, pki, name):
     _, started = stack
-    with open_channel(started[name].address, token=TOKEN) as channel:
+    with open_channel(started[name].address, token=TOKEN, tls=client_tls(pki)) as channel:
         status = STATUS_STUBS[name](channel).GetStatus(common_pb2.GetStatusRequest(), timeout=10)
     assert status.service == name
 
 
-def test_a_short_run_through_the_sdk_succeeds(stack, tiny_model, tmp_path):
+def test_a_short_run_through_the_sdk_succeeds(stack, pki, tiny_model, tmp_path):
     """The gateway assigns the run to the compose trainer and explorer, which find the buffer and each
     other (sync group) through the addresses the compose file gives them."""
     _, started = stack
     config = tiny_config(tiny_model, **{"buffer.total_steps": 2, "checkpoint_dir": str(tmp_path)})
-    with TrinityClient(started["gateway"].address, token=TOKEN) as client:
+    tls = {"tls_ca": pki.ca, "tls_cert": pki.client.cert, "tls_key": pki.client.key, "tls_server_name": "localhost"}
+    with TrinityClient(started["gateway"].address, token=TOKEN, **tls) as client:
         run = client.create_run(config)
         final = run.wait(timeout=300)
         assert gateway_pb2.RunState.Name(final.state) == "RUN_STATE_SUCCEEDED", final.error

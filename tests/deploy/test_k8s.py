@@ -3,6 +3,7 @@ settings that matter (probes, GPUs, Redis isolation, images) are what the README
 
 from __future__ import annotations
 
+import base64
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,35 +16,68 @@ K8S = ROOT / "deploy" / "k8s"
 OVERLAYS = ["cpu", "gpu"]
 KUBERNETES_VERSION = "1.30.0"  # the oldest version the manifests promise to work on (grpc probes are GA since 1.27)
 SERVICES = {"gateway": 50051, "buffer": 50052, "explorer": 50053, "trainer": 50054}
+TOKEN = "k8s-test-token"  # what an operator writes to deploy/k8s/base/secrets/token
+PROBE = ["python", "-m", "trinity.runtime.healthcheck"]
 
 
-def render(overlay: Path) -> dict[tuple[str, str], dict]:
-    """The overlay as `kubectl kustomize` renders it (offline), by (kind, name)."""
+def kustomize(path: Path) -> subprocess.CompletedProcess[str]:
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         pytest.skip("kubectl is not installed (it renders the Kustomize overlays)")
-    done = subprocess.run([kubectl, "kustomize", str(overlay)], capture_output=True, text=True)
+    return subprocess.run([kubectl, "kustomize", str(path)], capture_output=True, text=True)
+
+
+def render(path: Path) -> dict[tuple[str, str], dict]:
+    """The kustomization as `kubectl kustomize` renders it (offline), by (kind, name)."""
+    done = kustomize(path)
     assert done.returncode == 0, done.stderr
     return {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(done.stdout) if d}
 
 
+@pytest.fixture(scope="module")
+def k8s(tmp_path_factory) -> Path:
+    """A copy of deploy/k8s with the token file the operator creates (never one in the repository)."""
+    copy = tmp_path_factory.mktemp("deploy") / "k8s"
+    shutil.copytree(K8S, copy, ignore=shutil.ignore_patterns("token"))
+    (copy / "base" / "secrets" / "token").write_text(TOKEN)
+    return copy
+
+
 @pytest.fixture(scope="module", params=OVERLAYS)
-def overlay(request) -> tuple[str, dict]:
-    return request.param, render(K8S / "overlays" / request.param)
+def overlay(request, k8s) -> tuple[str, dict]:
+    return request.param, render(k8s / "overlays" / request.param)
+
+
+@pytest.fixture(scope="module")
+def tls_overlay(k8s) -> dict:
+    """An operator's overlay: the CPU one plus the mutual-TLS component."""
+    mine = k8s.parent / "mine"
+    mine.mkdir()
+    (mine / "kustomization.yaml").write_text(
+        yaml.safe_dump({"resources": ["../k8s/overlays/cpu"], "components": ["../k8s/components/tls"]})
+    )
+    return render(mine)
 
 
 def _container(docs: dict, name: str) -> dict:
     return docs[("Deployment", name)]["spec"]["template"]["spec"]["containers"][0]
 
 
-def test_every_manifest_validates_against_the_kubernetes_schemas(overlay):
+def _validate(docs: dict) -> None:
     kubernetes_validate = pytest.importorskip("kubernetes_validate")
-    _, docs = overlay
     for (kind, name), doc in docs.items():
         try:
             kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
         except kubernetes_validate.ValidationError as err:
             pytest.fail(f"{kind}/{name}: {err}")
+
+
+def test_every_manifest_validates_against_the_kubernetes_schemas(overlay):
+    _validate(overlay[1])
+
+
+def test_with_the_tls_component_every_manifest_still_validates(tls_overlay):
+    _validate(tls_overlay)
 
 
 def test_each_service_has_native_grpc_probes_on_its_own_port(overlay):
@@ -115,12 +149,54 @@ def test_explorers_scale_by_replicas_behind_a_disruption_budget(overlay):
     assert instance["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"  # one id per replica
 
 
-def test_the_auth_token_comes_from_the_secret(overlay):
+def test_the_auth_token_comes_from_the_secret_generated_from_the_operators_file(overlay):
     _, docs = overlay
+    (secret,) = [doc for (kind, name), doc in docs.items() if kind == "Secret" and name.startswith("trinity-auth-")]
+    assert base64.b64decode(secret["data"]["token"]).decode() == TOKEN
     for service in SERVICES:
         token = next(e for e in _container(docs, service)["env"] if e["name"] == "TRINITY_AUTH_TOKEN")
-        assert token["valueFrom"]["secretKeyRef"] == {"name": "trinity-auth", "key": "token"}
-    assert "token" in docs[("Secret", "trinity-auth")]["stringData"]
+        assert token["valueFrom"]["secretKeyRef"] == {"name": secret["metadata"]["name"], "key": "token"}
+
+
+def test_without_a_token_file_the_build_fails_naming_it(tmp_path):
+    copy = tmp_path / "k8s"
+    shutil.copytree(K8S, copy, ignore=shutil.ignore_patterns("token"))
+    done = kustomize(copy / "overlays" / "cpu")
+    assert done.returncode != 0 and "secrets/token" in done.stderr
+
+
+def test_the_repository_holds_no_token():
+    assert [p.name for p in (K8S / "base" / "secrets").iterdir()] in ([".gitignore"], [".gitignore", "token"])
+    ignored = subprocess.run(["git", "check-ignore", "-q", str(K8S / "base" / "secrets" / "token")], cwd=ROOT)
+    assert ignored.returncode == 0, "deploy/k8s/base/secrets/token must be git-ignored"
+
+
+def test_the_tls_component_mounts_the_certificate_secret_in_every_service(tls_overlay):
+    for service in SERVICES:
+        pod = tls_overlay[("Deployment", service)]["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert volumes["tls"]["secret"]["secretName"] == "trinity-tls", service
+        mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+        assert mounts["tls"]["mountPath"] == "/etc/trinity/tls" and mounts["tls"]["readOnly"], service
+
+
+def test_the_tls_component_requires_client_certificates_and_one_server_name(tls_overlay):
+    env = tls_overlay[("ConfigMap", "trinity-env")]["data"]
+    assert {k: v for k, v in env.items() if k.startswith("TRINITY_TLS_")} == {
+        "TRINITY_TLS_CERT": "/etc/trinity/tls/tls.crt",
+        "TRINITY_TLS_KEY": "/etc/trinity/tls/tls.key",
+        "TRINITY_TLS_CA": "/etc/trinity/tls/ca.crt",
+        "TRINITY_TLS_CLIENT_AUTH": "require",
+        "TRINITY_TLS_SERVER_NAME": "trinity",
+    }
+
+
+def test_the_tls_component_probes_with_the_health_check_that_speaks_tls(tls_overlay):
+    for service in SERVICES:
+        container = _container(tls_overlay, service)
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            assert "grpc" not in container[probe], (service, probe)  # native gRPC probes are plaintext only
+            assert container[probe]["exec"]["command"] == PROBE, (service, probe)
 
 
 def test_everything_namespaced_lands_in_the_trinity_namespace(overlay):

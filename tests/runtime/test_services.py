@@ -23,6 +23,7 @@ from trinity.runtime.redis_server import free_port, start_redis_server
 from trinity.v1 import common_pb2, explorer_pb2_grpc, gateway_pb2_grpc, trainer_pb2_grpc
 from trinity.v1.buffer_pb2 import GetStreamRequest
 from trinity.v1.buffer_pb2_grpc import BufferServiceStub
+from trinity.v1.gateway_pb2 import WatchRunRequest
 
 STUBS = {
     "explorer": explorer_pb2_grpc.ExplorerServiceStub,
@@ -97,6 +98,17 @@ def test_a_configured_token_guards_every_rpc_but_health(redis_server):
                     with pytest.raises(grpc.RpcError) as info:
                         client.status()
                     assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        service.stop()
+
+
+def test_a_configured_token_guards_streaming_calls_too(redis_server):
+    env = {"TRINITY_REDIS_URL": redis_server.url, "TRINITY_AUTH_TOKEN": "s3cret"}
+    service = ServiceProcess("gateway", env=env).start()
+    try:
+        with open_channel(service.address) as channel, pytest.raises(grpc.RpcError) as info:
+            list(gateway_pb2_grpc.GatewayServiceStub(channel).WatchRun(WatchRunRequest(run_id="r"), timeout=10))
+        assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
     finally:
         service.stop()
 

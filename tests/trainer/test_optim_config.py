@@ -34,9 +34,10 @@ def test_the_backend_selects_the_shape_of_the_trainer_section() -> None:
         _trainer_section(backend="torch", tensor_parallel_size=2)
 
 
-def test_save_interval_needs_a_checkpoint_dir(tiny_model: Path) -> None:
-    with pytest.raises(ValueError, match="checkpoint directory"):
-        TorchBackend(run_config(tiny_model, save_interval=5))
+def test_a_backend_without_a_checkpoint_dir_writes_no_periodic_checkpoints(tiny_model: Path) -> None:
+    # save_interval defaults to 10 for runs (which always have a directory); a library user gets none.
+    assert TorchBackend(run_config(tiny_model, save_interval=5)).trainer.save_interval == 0
+    assert TorchBackend(run_config(tiny_model, save_interval=5), tiny_model.parent).trainer.save_interval == 5
 
 
 def test_lora_alpha_defaults_to_twice_the_rank(tiny_model: Path) -> None:

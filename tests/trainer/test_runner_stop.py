@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 from trainer_helpers import random_rollouts
 
 from trinity.clients import BufferClient
@@ -13,6 +14,12 @@ from trinity.trainer.runner import TrainerRunner
 from trinity.v1 import explorer_pb2
 
 NO_GATEWAY = "127.0.0.1:1"  # reporting never raises, so the runner needs no gateway to train
+
+
+@pytest.fixture(autouse=True)
+def _short_outages(monkeypatch):
+    """Clients retry an unreachable service for TRINITY_OUTAGE_SECONDS; here the gateway never comes."""
+    monkeypatch.setenv("TRINITY_OUTAGE_SECONDS", "0.5")
 
 
 def _runner(buffer_address: str, model: Path, tmp_path: Path, run_id: str) -> TrainerRunner:

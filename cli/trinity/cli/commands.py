@@ -8,14 +8,18 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from trinity.cli import preflight
 from trinity.config import RunConfig, load_run_config, naming
+
+if TYPE_CHECKING:
+    from trinity.cli.launcher import LocalStack
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Everything on this machine: Redis + the four services, one run, logs and plots, clean shutdown."""
-    return run_locally(load_run_config(args.config), args.output, quiet=args.quiet)  # bad config: exit 2
+    return run_locally(preflight.local_run(load_run_config(args.config)), args.output, quiet=args.quiet)  # bad: exit 2
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -24,7 +28,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.model:
         config = config.model_copy(update={"model": config.model.model_copy(update={"path": args.model})})
     config = RunConfig.model_validate({**config.model_dump(), "mode": "bench", "stages": ()})
-    return run_locally(config, args.output, quiet=args.quiet)
+    return run_locally(preflight.local_run(config), args.output, quiet=args.quiet)
 
 
 def explorer_threads(stages: list[RunConfig], explorers: int, cores: int | None = None) -> int:
@@ -39,11 +43,14 @@ def explorer_threads(stages: list[RunConfig], explorers: int, cores: int | None 
 
 
 def run_locally(config: RunConfig, output_dir: str | None, *, quiet: bool = False) -> int:
+    import grpc
+
     from trinity.cli.launcher import LocalStack
+    from trinity.cli.main import EXIT_BAD_INPUT
     from trinity.cli.monitor import RunMonitor
-    from trinity.clients import BufferClient
     from trinity.models import resolve_model_path
-    from trinity.sdk import TrinityClient
+    from trinity.runtime.errors import one_line
+    from trinity.sdk import InvalidRunConfig, TrinityClient, TrinityError
     from trinity.v1 import gateway_pb2
 
     output = Path(output_dir or f"runs/{config.name}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
@@ -59,12 +66,25 @@ def run_locally(config: RunConfig, output_dir: str | None, *, quiet: bool = Fals
     print(
         f"starting redis, gateway, buffer, trainer and {explorers} explorer(s); logs in {output / 'logs'}", flush=True
     )
-    stack = LocalStack.up(output / "logs", explorers=explorers, explorer_threads=explorer_threads(stages, explorers))
-    run = None
     monitor = RunMonitor(output, config.monitor, config.buffer.total_steps, show_progress=not quiet)
+    run: gateway_pb2.Run | None = None
+    run_id, exit_code = "", 1
+    counts: dict[str, Any] = {}
+    errors: list[str] = []
+    stack: LocalStack | None = None
+    # Whatever is lost (the gateway, Redis, a service past its restart limit), the outcome is one line and a
+    # summary of what is known.
     try:
+        stack = LocalStack.up(
+            output / "logs",
+            explorers=explorers,
+            explorer_threads=explorer_threads(stages, explorers),
+            extra_env=preflight.data_roots_env(stages, output),
+            on_give_up=monitor.note,
+        )
         with TrinityClient(stack.gateway) as client:
             handle = client.create_run(config.model_dump_json())
+            run_id = handle.id
             print(f"run {handle.id} submitted", flush=True)
             try:
                 for event in handle.watch():
@@ -73,23 +93,40 @@ def run_locally(config: RunConfig, output_dir: str | None, *, quiet: bool = Fals
                 print("\ninterrupted: cancelling the run and shutting down...", file=sys.stderr, flush=True)
                 handle.cancel("interrupted (Ctrl-C)")
             run = handle.wait(timeout=120)
-            counts = _experience_counts(BufferClient(stack.services["buffer"].address), handle.id, config)
+        exit_code = 0 if run.state == gateway_pb2.RUN_STATE_SUCCEEDED else 1
+    except (TrinityError, RuntimeError, TimeoutError) as err:
+        exit_code = EXIT_BAD_INPUT if isinstance(err, InvalidRunConfig) else 1
+        errors.append(str(err))
+        monitor.note(f"trinity run: {err}")
     finally:
-        stack.down()
-    summary = monitor.close(run, counts)
+        if stack is not None:
+            try:
+                counts = _experience_counts(stack, run_id, config) if run_id else {}
+            except (RuntimeError, grpc.RpcError) as err:
+                errors.append(f"experience counts unavailable: {one_line(err)}")
+            stack.down()
+    summary = monitor.close(run, counts, run_id=run_id, error="; ".join(errors))
     _print_summary(summary, output)
-    return 0 if run.state == gateway_pb2.RUN_STATE_SUCCEEDED else 1
+    return exit_code
 
 
-def _experience_counts(buffer: Any, run_id: str, config: RunConfig) -> dict[str, Any]:
+def _experience_counts(stack: LocalStack, run_id: str, config: RunConfig) -> dict[str, Any]:
+    import grpc
+
+    from trinity.clients import BufferClient
+    from trinity.clients.buffer import is_status
+
+    stack.wait_serving("buffer", timeout=60)  # the supervisor may be bringing it back
     counts = {}
-    with buffer:
+    with BufferClient(stack.services["buffer"].address) as buffer:
         for stage, stage_config in enumerate(config.stage_configs()):
             name = naming.experience_stream(run_id, stage, stage_config.buffer.experience_stream.name)
             try:
                 stats = buffer.stream(name).stats
-            except Exception:  # noqa: BLE001 - a stage that never started has no stream
-                continue
+            except grpc.RpcError as err:
+                if is_status(err, grpc.StatusCode.NOT_FOUND):
+                    continue  # a stage that never started has no stream
+                raise
             counts[f"stage{stage}"] = {
                 "put": stats.put,
                 "delivered": stats.delivered,
@@ -121,7 +158,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from trinity.sdk import TrinityClient
     from trinity.v1 import gateway_pb2
 
-    config = load_run_config(args.config)
+    config = preflight.submitted_run(load_run_config(args.config))
     with TrinityClient(args.gateway) as client:
         handle = client.create_run(config.model_dump_json())
         print(f"run {handle.id} submitted", flush=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -62,18 +63,33 @@ class RunMonitor:
         elif event.kind in ("error", "state") and event.message:
             self._bar.write(f"[{event.kind}] {event.message}")
 
-    def close(self, run: gateway_pb2.Run, experience_counts: dict[str, Any]) -> dict[str, Any]:
+    def note(self, line: str) -> None:
+        """A line for the user on stderr, printed above the progress bar (safe from any thread)."""
+        if self._bar is not None:
+            self._bar.write(line, file=sys.stderr)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+    def close(
+        self, run: gateway_pb2.Run | None, experience_counts: dict[str, Any], *, run_id: str = "", error: str = ""
+    ) -> dict[str, Any]:
+        """Write summary.json and the reward curve. Without the final `run` record (the gateway was lost),
+        the summary holds what the events said: the last state seen, and `error`."""
         if self._bar is not None:
             self._bar.close()
         for writer in self._writers:
             writer.close()
+        if run is not None:
+            state = gateway_pb2.RunState.Name(run.state)
+        else:
+            state = self.metrics.states[-1]["state"] if self.metrics.states else "RUN_STATE_UNSPECIFIED"
         summary = {
-            "run_id": run.id,
-            "name": run.name,
-            "state": gateway_pb2.RunState.Name(run.state),
-            "error": run.error,
+            "run_id": run.id if run is not None else run_id,
+            "name": run.name if run is not None else "",
+            "state": state,
+            "error": "; ".join(e for e in (run.error if run is not None else "", error) if e),
             "wall_seconds": time.time() - self.started,
-            "final_model_path": run.final_model_path,
+            "final_model_path": run.final_model_path if run is not None else "",
             "train": self.metrics.train,
             "explore": self.metrics.explore,
             "eval": [
@@ -111,7 +127,8 @@ def plot_curves(metrics: RunMetrics, path: Path) -> None:
     ax.set_xlabel("step / weight version")
     ax.set_ylabel("reward / accuracy")
     ax.grid(alpha=0.3)
-    ax.legend()
+    if explore or evals:  # a run lost before its first step has nothing to label
+        ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

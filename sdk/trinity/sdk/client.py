@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import yaml
 
-from trinity.runtime.client import open_channel
-from trinity.runtime.server import message_size_options
-from trinity.sdk.errors import TrinityError, translate
+from trinity.config.run import load_config_yaml
+from trinity.runtime.client import open_async_channel, open_channel
+from trinity.runtime.tls import TlsSettings
+from trinity.sdk.errors import GatewayUnavailable, TrinityError, translate
 from trinity.sdk.metrics import RunMetrics
 from trinity.v1 import gateway_pb2, gateway_pb2_grpc
 
@@ -35,7 +35,7 @@ def config_text(config: str | Path | dict[str, Any]) -> str:
 
         # Relative data paths in a file are relative to the file; the gateway may run elsewhere.
         return load_run_config(path).model_dump_json()
-    yaml.safe_load(config)  # a syntax error is reported here, before the round trip
+    load_config_yaml(config)  # a syntax error, an alias or an oversized text is reported here, before the round trip
     return str(config)
 
 
@@ -47,12 +47,39 @@ class RunHandle:
     def status(self) -> gateway_pb2.Run:
         return self.client._call("GetRun", gateway_pb2.GetRunRequest(run_id=self.id))
 
-    def watch(self, after_seq: str = "") -> Iterator[gateway_pb2.RunEvent]:
-        """Events from the start (or `after_seq`) until the run ends."""
-        try:
-            yield from self.client.stub.WatchRun(gateway_pb2.WatchRunRequest(run_id=self.id, after_seq=after_seq))
-        except grpc.RpcError as err:
-            raise translate(err, self.client.target) from None
+    def watch(self, after_seq: str = "", *, reconnect_seconds: float = 120.0) -> Iterator[gateway_pb2.RunEvent]:
+        """Events from the start (or after `after_seq`) until the run ends.
+
+        A lost gateway (UNAVAILABLE: it is restarting, or its Redis is) does not end the watch: it is opened
+        again after the last event seen, so no event comes twice or goes missing, as long as the gateway
+        answers again within `reconnect_seconds`; GatewayUnavailable otherwise.
+        """
+        seen = after_seq
+        lost_since: float | None = None
+        while True:
+            try:
+                for event in self.client.stub.WatchRun(gateway_pb2.WatchRunRequest(run_id=self.id, after_seq=seen)):
+                    seen, lost_since = event.seq, None
+                    yield event
+                return
+            except grpc.RpcError as err:
+                if err.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise translate(err, self.client.target) from None
+                lost_since = lost_since or time.monotonic()
+                left = lost_since + reconnect_seconds - time.monotonic()
+                if left > 0:
+                    # The pause keeps a gateway whose Redis is down (its channel stays READY) from being asked
+                    # in a tight loop; a gateway that is down is waited for with gRPC's reconnection back-off.
+                    time.sleep(min(1.0, left))
+                    try:
+                        grpc.channel_ready_future(self.client._channel).result(timeout=max(0.0, left - 1.0))
+                        continue
+                    except grpc.FutureTimeoutError:
+                        pass
+                raise GatewayUnavailable(
+                    f"lost the gateway at {self.client.target} while watching run {self.id}: no answer for "
+                    f"{reconnect_seconds:.0f}s"
+                ) from None
 
     def metrics(self, snapshot_seconds: float = 2.0) -> RunMetrics:
         """Every metric reported so far; for a live run, what arrives within `snapshot_seconds`."""
@@ -67,13 +94,19 @@ class RunHandle:
         return metrics
 
     def wait(self, timeout: float | None = None, poll: float = 1.0) -> gateway_pb2.Run:
+        """The run once it has ended; a gateway that does not answer is asked again until `timeout`."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            run = self.status()
-            if run.state in TERMINAL:
-                return run
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"run {self.id} still {gateway_pb2.RunState.Name(run.state)} after {timeout}s")
+            try:
+                run = self.status()
+            except GatewayUnavailable:
+                if deadline is not None and time.monotonic() > deadline:
+                    raise
+            else:
+                if run.state in TERMINAL:
+                    return run
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"run {self.id} still {gateway_pb2.RunState.Name(run.state)} after {timeout}s")
             time.sleep(poll)
 
     def cancel(self, reason: str = "cancelled by user") -> gateway_pb2.Run:
@@ -81,10 +114,25 @@ class RunHandle:
 
 
 class TrinityClient:
-    def __init__(self, gateway: str = DEFAULT_GATEWAY, *, token: str | None = None, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        gateway: str = DEFAULT_GATEWAY,
+        *,
+        token: str | None = None,
+        tls_ca: str | Path | None = None,
+        tls_cert: str | Path | None = None,
+        tls_key: str | Path | None = None,
+        tls_server_name: str | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        """`token` and the TLS settings default to TRINITY_AUTH_TOKEN and TRINITY_TLS_CA/_CERT/_KEY/_SERVER_NAME.
+        With a CA (a PEM path) the gateway is dialled over TLS; with a certificate and its key the client can also
+        prove who it is to a gateway that requires mutual TLS; `tls_server_name` is the name to verify in the
+        gateway's certificate when it is not the host dialled (docs/security.md)."""
         self.target = gateway
         self.timeout = timeout
-        self._channel = open_channel(gateway, token=token)
+        tls = TlsSettings.from_env(ca=tls_ca, cert=tls_cert, key=tls_key, server_name=tls_server_name)
+        self._channel = open_channel(gateway, token=token, tls=tls)
         self.stub = gateway_pb2_grpc.GatewayServiceStub(self._channel)
 
     def close(self) -> None:
@@ -147,14 +195,26 @@ class AsyncRunHandle:
 
 
 class AsyncTrinityClient:
-    def __init__(self, gateway: str = DEFAULT_GATEWAY, *, token: str | None = None, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        gateway: str = DEFAULT_GATEWAY,
+        *,
+        token: str | None = None,
+        tls_ca: str | Path | None = None,
+        tls_cert: str | Path | None = None,
+        tls_key: str | Path | None = None,
+        tls_server_name: str | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        """The arguments of `TrinityClient`."""
         import os
 
         self.target = gateway
         self.timeout = timeout
         token = token if token is not None else os.environ.get("TRINITY_AUTH_TOKEN") or None
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
-        self._channel = grpc.aio.insecure_channel(gateway, options=message_size_options(256))
+        tls = TlsSettings.from_env(ca=tls_ca, cert=tls_cert, key=tls_key, server_name=tls_server_name)
+        self._channel = open_async_channel(gateway, tls=tls)
         self.stub = gateway_pb2_grpc.GatewayServiceStub(self._channel)
 
     async def close(self) -> None:

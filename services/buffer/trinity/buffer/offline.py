@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
@@ -11,9 +12,10 @@ from typing import Any
 
 from google.protobuf import json_format
 
+from trinity.buffer.confinement import DataRoots
 from trinity.buffer.rows import Row, lookup, read_rows
 from trinity.config import OfflineDataConfig
-from trinity.runtime.errors import InvalidArgument
+from trinity.runtime.errors import AlreadyExists, InvalidArgument, PermissionDenied
 from trinity.v1 import common_pb2
 
 SFT = common_pb2.EXPERIENCE_KIND_SFT
@@ -21,7 +23,7 @@ PREFERENCE = common_pb2.EXPERIENCE_KIND_PREFERENCE
 
 
 def offline_experiences(
-    config: OfflineDataConfig, kind: common_pb2.ExperienceKind
+    config: OfflineDataConfig, kind: common_pb2.ExperienceKind, roots: DataRoots
 ) -> tuple[list[common_pb2.Experience], int]:
     """Rows -> text-level experiences (the Trainer tokenizes them with its model's chat template).
 
@@ -30,7 +32,7 @@ def offline_experiences(
     """
     if kind not in (SFT, PREFERENCE):
         raise InvalidArgument("kind", "must be EXPERIENCE_KIND_SFT or EXPERIENCE_KIND_PREFERENCE")
-    rows = read_rows(config.path, config.format, config.split, config.limit)
+    rows = read_rows(config.path, config.format, config.split, config.limit, roots=roots)
     build = _sft if kind == SFT else _preference
     out: list[common_pb2.Experience] = []
     skipped = 0
@@ -99,23 +101,30 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def export_entries(entries: Iterable[tuple[str, bytes]], path: str, fmt: str) -> int:
-    """Write (entry id, serialized Experience) pairs to JSONL or SQLite; returns how many."""
-    target = Path(path).expanduser()
+def export_entries(
+    entries: Iterable[tuple[str, bytes]], path: str, fmt: str, *, roots: DataRoots, overwrite: bool = False
+) -> int:
+    """Write (entry id, serialized Experience) pairs to JSONL or SQLite inside the data roots; returns how many.
+
+    An existing file is replaced only when `overwrite` says so.
+    """
+    target = roots.resolve(path, "path")
     fmt = fmt or ("sqlite" if target.suffix in (".db", ".sqlite", ".sqlite3") else "jsonl")
     if fmt not in ("jsonl", "sqlite"):
         raise InvalidArgument("format", f"unknown export format {fmt!r}; known: jsonl, sqlite")
-    if not target.parent.exists():
-        raise InvalidArgument("path", f"directory {target.parent} does not exist on the buffer's machine")
+    if not target.parent.is_dir():
+        raise InvalidArgument("path", f"the directory of {path!r} does not exist on the buffer's machine")
+    descriptor = _create(target, path, overwrite)
     count = 0
     if fmt == "jsonl":
-        with target.open("w", encoding="utf-8") as handle:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
             for entry_id, payload in entries:
                 record = _as_dict(payload)
                 record["entry_id"] = entry_id
                 handle.write(json.dumps(record) + "\n")
                 count += 1
         return count
+    os.close(descriptor)  # an empty file: SQLite makes it a new database
     with sqlite3.connect(target) as db:
         db.execute(
             "CREATE TABLE IF NOT EXISTS experiences (entry_id TEXT PRIMARY KEY, id TEXT, kind TEXT, "
@@ -138,6 +147,22 @@ def export_entries(entries: Iterable[tuple[str, bytes]], path: str, fmt: str) ->
             )
             count += 1
     return count
+
+
+def _create(target: Path, shown: str, overwrite: bool) -> int:
+    """Open the export file for writing, never through a symlink (one swapped in after the path was resolved
+    is refused) and, without `overwrite`, only if it is new."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_TRUNC if overwrite else os.O_EXCL)
+    try:
+        return os.open(target, flags, 0o644)
+    except FileExistsError:
+        raise AlreadyExists(f"path: {shown!r} exists; set overwrite to replace it") from None
+    except IsADirectoryError:
+        raise InvalidArgument("path", f"{shown!r} is a directory; name a file in it") from None
+    except PermissionError:
+        raise PermissionDenied(f"path: the buffer may not write {shown!r} (a read-only mount?)") from None
+    except OSError as err:  # ELOOP: the last component became a symlink
+        raise PermissionDenied(f"path: {shown!r} cannot be written ({err.strerror})") from None
 
 
 def _as_dict(payload: bytes) -> dict[str, Any]:

@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from trinity.runtime.errors import InvalidArgument, NotFound
+from trinity.buffer.confinement import DataRoots
+from trinity.runtime.errors import InvalidArgument
 
 Row = dict[str, Any]
 
@@ -26,11 +27,13 @@ def detect_format(path: Path, declared: str) -> str:
     )
 
 
-def read_rows(path_text: str, fmt: str = "", split: str = "train", limit: int = 0, field: str = "path") -> list[Row]:
-    """All rows of a data file or directory as plain dicts (JSON-compatible values)."""
-    path = Path(path_text).expanduser()
-    if not path.exists():
-        raise NotFound(f"{field}: {path} does not exist (paths are read on the buffer's machine)")
+def read_rows(
+    path_text: str, fmt: str = "", split: str = "train", limit: int = 0, field: str = "path", *, roots: DataRoots
+) -> list[Row]:
+    """All rows of a data file or directory inside the data roots as plain dicts (JSON-compatible values)."""
+    path = roots.existing(path_text, field)
+    if path.is_dir():
+        roots.check_tree(path, field)
     kind = detect_format(path, fmt)
     if kind == "jsonl":
         rows = _read_jsonl(path, limit)

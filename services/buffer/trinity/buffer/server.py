@@ -10,10 +10,12 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
+from trinity.buffer.confinement import DataRoots
 from trinity.buffer.metrics import register_gauges
 from trinity.buffer.service import BufferServicer
 from trinity.buffer.store import BufferStore
 from trinity.buffer.wire import add_buffer_servicer_to_server
+from trinity.runtime.aio import connect_redis_async
 from trinity.runtime.logging import get_logger
 from trinity.runtime.redis_server import connect_redis
 from trinity.runtime.server import GrpcServer, ServiceRegistration, full_service_name
@@ -63,12 +65,16 @@ def build_buffer(settings: ServiceSettings) -> tuple[ServiceRegistration, Buffer
     if not settings.redis_url:
         raise ValueError("the buffer needs Redis: set TRINITY_REDIS_URL or pass --redis-url")
     client = connect_redis(settings.redis_url)
-    store = BufferStore(client)
-    servicer = BufferServicer(store, settings.instance_id)
+    roots = DataRoots(settings.data_roots)
+    log.info("buffer.data_roots", roots=[str(root) for root in roots.roots])
+    store = BufferStore(client, roots)
+    waits = connect_redis_async(settings.redis_url)
+    servicer = BufferServicer(store, settings.instance_id, waits)
     registration = ServiceRegistration(
         add_to_server=lambda server: add_buffer_servicer_to_server(servicer, server),
         service_names=[SERVICE_NAME],
         on_shutdown=client.close,
+        on_shutdown_async=waits.aclose,
     )
     return registration, store
 

@@ -2,38 +2,89 @@
 
 from __future__ import annotations
 
+import math
+import re
+from collections.abc import Sequence
 from typing import Any
 
 import grpc
+import redis
+import redis.asyncio
+from google.protobuf.message import Message
 
 from trinity.buffer import metrics
 from trinity.buffer.offline import export_entries, offline_experiences
 from trinity.buffer.store import BufferStore
-from trinity.buffer.streams.experience_stream import ExperienceStream
+from trinity.buffer.streams.experience_stream import ExperienceStream, ReadResult
 from trinity.buffer.streams.validation import validate_experiences
 from trinity.buffer.wire import PutExperiencesWire, encode_read_response
 from trinity.config import OfflineDataConfig, StreamConfig, TaskSetConfig
 from trinity.config.spec import from_spec, to_spec
-from trinity.runtime.errors import InvalidArgument, ResourceExhausted, grpc_errors, require
+from trinity.runtime.aio import in_pool
+from trinity.runtime.errors import (
+    InvalidArgument,
+    ResourceExhausted,
+    at_most,
+    bounded,
+    grpc_errors,
+    in_range,
+    require,
+)
+from trinity.runtime.limits import MAX_ITEMS, MAX_NAME_CHARS, MAX_PATH_CHARS
 from trinity.runtime.status import service_status
 from trinity.v1 import buffer_pb2, buffer_pb2_grpc, common_pb2
 
-MAX_BATCH = 10_000
 MAX_BLOCK_MS = 60_000
+MAX_LEASE_SECONDS = 86_400.0  # TaskSetConfig.lease_seconds allows no more
+ENTRY_ID = re.compile(r"\d{1,20}-\d{1,20}")  # a Redis stream entry id; Redis refuses any other form
 
 
 def _batch_size(value: int, field: str) -> int:
     if value <= 0:
         raise InvalidArgument(field, f"must be > 0, got {value}")
-    if value > MAX_BATCH:
-        raise ResourceExhausted(f"{field}: {value} exceeds the limit of {MAX_BATCH}")
+    if value > MAX_ITEMS:
+        raise ResourceExhausted(f"{field}: {value} exceeds the limit of {MAX_ITEMS}")
     return value
 
 
+def _entry_ids(ids: Sequence[str], field: str = "entry_ids") -> list[str]:
+    at_most(ids, field)
+    for i, entry_id in enumerate(ids):
+        if not ENTRY_ID.fullmatch(entry_id):
+            raise InvalidArgument(f"{field}[{i}]", "not a stream entry id like 1700000000000-0 (from ReadExperiences)")
+    return list(ids)
+
+
+def _bounded_spec(message: Message, field: str) -> Message:
+    """A spec (a task set's, a stream's, an offline load's): a path fits a path, every other string a name, and
+    every repeated or map field its count, at any depth."""
+    for descriptor, value in message.ListFields():
+        where = f"{field}.{descriptor.name}" if field else descriptor.name
+        if descriptor.message_type is not None and descriptor.message_type.GetOptions().map_entry:
+            at_most(value, where)
+            for key, item in value.items():
+                bounded(str(key), where)
+                if isinstance(item, str):
+                    bounded(item, f"{where}[{key!r}]")
+        elif descriptor.is_repeated:
+            at_most(value, where)
+            for i, item in enumerate(value):
+                if isinstance(item, Message):
+                    _bounded_spec(item, f"{where}[{i}]")
+                elif isinstance(item, str):
+                    bounded(item, f"{where}[{i}]")
+        elif isinstance(value, Message):
+            _bounded_spec(value, where)
+        elif isinstance(value, str):
+            bounded(value, where, MAX_PATH_CHARS if descriptor.name == "path" else MAX_NAME_CHARS)
+    return message
+
+
 class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
-    def __init__(self, store: BufferStore, instance_id: str) -> None:
+    def __init__(self, store: BufferStore, instance_id: str, waits: redis.asyncio.Redis) -> None:
         self.store = store
         self.instance_id = instance_id
+        self.waits = waits  # the client long polls wait with, on the server's loop
 
     # ---- task sets ---------------------------------------------------------------------------------
 
@@ -45,7 +96,7 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
 
     @grpc_errors
     def CreateTaskSet(self, request: buffer_pb2.CreateTaskSetRequest, context: grpc.ServicerContext) -> Any:
-        config = from_spec(TaskSetConfig, request.spec, "spec")
+        config = from_spec(TaskSetConfig, _bounded_spec(request.spec, "spec"), "spec")
         self.store.create_taskset(config, replace=request.replace)
         return self._taskset_info(config.name)
 
@@ -60,8 +111,7 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
     @grpc_errors
     def LeaseTasks(self, request: buffer_pb2.LeaseTasksRequest, context: grpc.ServicerContext) -> Any:
         taskset = self.store.taskset(require(request.taskset, "taskset"))
-        if request.lease_seconds < 0:
-            raise InvalidArgument("lease_seconds", "must be >= 0 (0 = the task set's default)")
+        in_range(request.lease_seconds, "lease_seconds", 0, MAX_LEASE_SECONDS)  # 0 = the task set's default
         tasks, exhausted = taskset.lease(
             require(request.consumer, "consumer"), _batch_size(request.batch_size, "batch_size"), request.lease_seconds
         )
@@ -71,10 +121,14 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
     @grpc_errors
     def CompleteTasks(self, request: buffer_pb2.CompleteTasksRequest, context: grpc.ServicerContext) -> Any:
         taskset = self.store.taskset(require(request.taskset, "taskset"))
+        at_most(request.results, "results")
         for i, result in enumerate(request.results):
             require(result.lease_id, f"results[{i}].lease_id")
-            if result.pass_rate > 1:
-                raise InvalidArgument(f"results[{i}].pass_rate", f"must be <= 1, got {result.pass_rate}")
+            bounded(result.task_id, f"results[{i}].task_id")
+            if not (math.isfinite(result.pass_rate) and result.pass_rate <= 1):
+                raise InvalidArgument(
+                    f"results[{i}].pass_rate", f"must be a number <= 1 (< 0 = not scored), got {result.pass_rate}"
+                )
         completed, unknown = taskset.complete(request.results)
         metrics.TASKS_COMPLETED.labels(request.taskset).inc(completed)
         return buffer_pb2.CompleteTasksResponse(completed=completed, unknown=unknown)
@@ -82,7 +136,7 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
     @grpc_errors
     def ReleaseTasks(self, request: buffer_pb2.ReleaseTasksRequest, context: grpc.ServicerContext) -> Any:
         consumer = require(request.consumer, "consumer")
-        names = [request.taskset] if request.taskset else self.store.taskset_names()
+        names = [bounded(request.taskset, "taskset")] if request.taskset else self.store.taskset_names()
         released = sum(self.store.taskset(n).release(consumer) for n in names)
         return buffer_pb2.ReleaseTasksResponse(released=released)
 
@@ -96,7 +150,7 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
 
     @grpc_errors
     def CreateStream(self, request: buffer_pb2.CreateStreamRequest, context: grpc.ServicerContext) -> Any:
-        config = from_spec(StreamConfig, request.spec, "spec")
+        config = from_spec(StreamConfig, _bounded_spec(request.spec, "spec"), "spec")
         return self._stream_info(self.store.create_stream(config, exist_ok=request.exist_ok))
 
     @grpc_errors
@@ -122,8 +176,7 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
             payloads = request.payloads
             request = request.request
         stream = self.store.stream(require(request.stream, "stream"))
-        if len(request.experiences) > MAX_BATCH:
-            raise ResourceExhausted(f"experiences: {len(request.experiences)} exceeds the limit of {MAX_BATCH}")
+        at_most(request.experiences, "experiences")
         validate_experiences(request.experiences)
         result = stream.put(request.experiences, payloads=payloads)
         metrics.PUT.labels(request.stream).inc(result.accepted)
@@ -131,18 +184,20 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
             metrics.DROPPED.labels(request.stream, reason).inc(n)
         return buffer_pb2.PutExperiencesResponse(accepted=result.accepted, dropped=dict(result.dropped))
 
-    @grpc_errors
-    def ReadExperiences(self, request: buffer_pb2.ReadExperiencesRequest, context: grpc.ServicerContext) -> bytes:
-        """The serialized ReadExperiencesResponse, assembled around the stored bytes (see `wire`)."""
-        stream = self.store.stream(require(request.stream, "stream"))
-        if not 0 <= request.block_ms <= MAX_BLOCK_MS:
-            raise InvalidArgument("block_ms", f"must be between 0 and {MAX_BLOCK_MS}, got {request.block_ms}")
-        result = stream.read(
-            require(request.consumer, "consumer"),
-            _batch_size(request.batch_size, "batch_size"),
-            block_ms=request.block_ms,
-            min_model_version=request.min_model_version,
-        )
+    async def ReadExperiences(
+        self, request: buffer_pb2.ReadExperiencesRequest, context: grpc.aio.ServicerContext
+    ) -> bytes:
+        """The serialized ReadExperiencesResponse, assembled around the stored bytes (see `wire`).
+
+        A coroutine: a long poll (`block_ms`) waits on the server's loop and holds no thread while it waits
+        (a cancelled one drops its Redis connection at once); the reads around the wait run in the pool.
+        """
+        stream, result = await in_pool(self._read_now, request, context)
+        if not result.entries and request.block_ms > 0 and await self._appended(stream, request.block_ms):
+            _, again = await in_pool(self._read_now, request, context)
+            again.dropped_stale += result.dropped_stale
+            again.dead_lettered += result.dead_lettered
+            result = again
         metrics.DELIVERED.labels(request.stream).inc(len(result.entries))
         if result.dropped_stale:
             metrics.DROPPED.labels(request.stream, "stale").inc(result.dropped_stale)
@@ -154,18 +209,38 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
         )
 
     @grpc_errors
+    def _read_now(
+        self, request: buffer_pb2.ReadExperiencesRequest, context: grpc.ServicerContext
+    ) -> tuple[ExperienceStream, ReadResult]:
+        stream = self.store.stream(require(request.stream, "stream"))
+        if not 0 <= request.block_ms <= MAX_BLOCK_MS:
+            raise InvalidArgument("block_ms", f"must be between 0 and {MAX_BLOCK_MS}, got {request.block_ms}")
+        result = stream.read(
+            require(request.consumer, "consumer"),
+            _batch_size(request.batch_size, "batch_size"),
+            min_model_version=request.min_model_version,
+        )
+        return stream, result
+
+    async def _appended(self, stream: ExperienceStream, block_ms: int) -> bool:
+        try:
+            return await stream.wait_for_append(self.waits, block_ms)
+        except redis.RedisError:
+            return True  # the read after it answers as any call does when Redis fails (UNAVAILABLE, NOT_FOUND)
+
+    @grpc_errors
     def AckExperiences(self, request: buffer_pb2.AckExperiencesRequest, context: grpc.ServicerContext) -> Any:
         stream = self.store.stream(require(request.stream, "stream"))
-        if len(request.entry_ids) > MAX_BATCH:
-            raise ResourceExhausted(f"entry_ids: {len(request.entry_ids)} exceeds the limit of {MAX_BATCH}")
-        acked = stream.ack(list(request.entry_ids))
+        acked = stream.ack(_entry_ids(request.entry_ids))
         metrics.ACKED.labels(request.stream).inc(acked)
         return buffer_pb2.AckExperiencesResponse(acked=acked)
 
     @grpc_errors
     def NackExperiences(self, request: buffer_pb2.NackExperiencesRequest, context: grpc.ServicerContext) -> Any:
         stream = self.store.stream(require(request.stream, "stream"))
-        requeued = stream.nack(require(request.consumer, "consumer"), list(request.entry_ids))
+        consumer = require(request.consumer, "consumer")
+        entry_ids = [*_entry_ids(request.entry_ids), *(stream.pending_of(consumer) if request.all_pending else ())]
+        requeued = stream.nack(consumer, entry_ids)
         return buffer_pb2.NackExperiencesResponse(requeued=requeued)
 
     @grpc_errors
@@ -178,8 +253,8 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
     @grpc_errors
     def LoadOfflineData(self, request: buffer_pb2.LoadOfflineDataRequest, context: grpc.ServicerContext) -> Any:
         stream = self.store.stream(require(request.stream, "stream"))
-        config = from_spec(OfflineDataConfig, request, "", request_only=("stream", "kind"))
-        experiences, skipped = offline_experiences(config, request.kind)
+        config = from_spec(OfflineDataConfig, _bounded_spec(request, ""), "", request_only=("stream", "kind"))
+        experiences, skipped = offline_experiences(config, request.kind, self.store.roots)
         loaded = 0
         for start in range(0, len(experiences), 1000):
             loaded += stream.put(experiences[start : start + 1000], apply_stream_operators=False).accepted
@@ -189,7 +264,10 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
     @grpc_errors
     def ExportStream(self, request: buffer_pb2.ExportStreamRequest, context: grpc.ServicerContext) -> Any:
         stream = self.store.stream(require(request.stream, "stream"))
-        exported = export_entries(stream.entries(), require(request.path, "path"), request.format)
+        path = require(request.path, "path", MAX_PATH_CHARS)
+        exported = export_entries(
+            stream.entries(), path, request.format, roots=self.store.roots, overwrite=request.overwrite
+        )
         return buffer_pb2.ExportStreamResponse(exported=exported, path=request.path)
 
     @grpc_errors

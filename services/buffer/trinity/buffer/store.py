@@ -7,6 +7,7 @@ from typing import cast
 
 import redis
 
+from trinity.buffer.confinement import DataRoots
 from trinity.buffer.keys import STREAMS, TASKSETS, StreamKeys, TaskSetKeys
 from trinity.buffer.operators.registry import validate_operator
 from trinity.buffer.rows import read_rows
@@ -17,8 +18,9 @@ from trinity.runtime.errors import AlreadyExists, InvalidArgument, NotFound
 
 
 class BufferStore:
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis, roots: DataRoots) -> None:
         self.client = client
+        self.roots = roots
         self._streams: dict[str, ExperienceStream] = {}
         self._tasksets: dict[str, TaskSet] = {}
         self._lock = threading.Lock()
@@ -81,7 +83,7 @@ class BufferStore:
                         f"task set {config.name!r} exists with a different spec; pass replace=true to reset it"
                     )
                 return self._open_taskset(current)
-            rows = read_rows(config.path, config.format, config.split, config.limit, field="spec.path")
+            rows = read_rows(config.path, config.format, config.split, config.limit, "spec.path", roots=self.roots)
             taskset = TaskSet(self.client, config, rows)
             taskset.save_spec(replace=True)
             self._tasksets[config.name] = taskset
@@ -101,7 +103,7 @@ class BufferStore:
         taskset = self._tasksets.get(config.name)
         if taskset is None:
             # After a restart the rows are read again from the source; hand-out state lives in Redis.
-            rows = read_rows(config.path, config.format, config.split, config.limit, field="spec.path")
+            rows = read_rows(config.path, config.format, config.split, config.limit, "spec.path", roots=self.roots)
             taskset = TaskSet(self.client, config, rows)
             self._tasksets[config.name] = taskset
         return taskset

@@ -11,6 +11,7 @@ import grpc
 from trinity.config import OfflineDataConfig, StreamConfig, TaskSetConfig
 from trinity.config.spec import to_spec
 from trinity.runtime.client import call_with_retry, open_channel
+from trinity.runtime.tls import TlsSettings
 from trinity.v1 import buffer_pb2, buffer_pb2_grpc, common_pb2
 
 
@@ -36,10 +37,12 @@ class BufferClient:
     read whose reply was lost leaves its entries pending, to be reclaimed: so all of them retry.
     """
 
-    def __init__(self, target: str, *, token: str | None = None, timeout: float = 30.0) -> None:
+    def __init__(
+        self, target: str, *, token: str | None = None, tls: TlsSettings | None = None, timeout: float = 30.0
+    ) -> None:
         self.target = target
         self.timeout = timeout
-        self._channel = open_channel(target, token=token)
+        self._channel = open_channel(target, token=token, tls=tls)
         self._stub = buffer_pb2_grpc.BufferServiceStub(self._channel)
         # Puts send bytes assembled by `_put_request_bytes` (see there); the reply is parsed as usual.
         self._put_encoded = self._channel.unary_unary(
@@ -126,8 +129,11 @@ class BufferClient:
         reply = self._call("AckExperiences", buffer_pb2.AckExperiencesRequest(stream=stream, entry_ids=entry_ids))
         return int(reply.acked)
 
-    def nack(self, stream: str, consumer: str, entry_ids: Sequence[str]) -> int:
-        request = buffer_pb2.NackExperiencesRequest(stream=stream, consumer=consumer, entry_ids=entry_ids)
+    def nack(self, stream: str, consumer: str, entry_ids: Sequence[str] = (), *, all_pending: bool = False) -> int:
+        """Hand entries back for redelivery; `all_pending` hands back everything `consumer` holds."""
+        request = buffer_pb2.NackExperiencesRequest(
+            stream=stream, consumer=consumer, entry_ids=entry_ids, all_pending=all_pending
+        )
         return int(self._call("NackExperiences", request).requeued)
 
     def trim(self, stream: str) -> int:
@@ -142,8 +148,8 @@ class BufferClient:
         request = to_spec(config, buffer_pb2.LoadOfflineDataRequest(stream=stream, kind=kind))
         return self._call("LoadOfflineData", request, timeout=max(self.timeout, 600))
 
-    def export(self, stream: str, path: str, fmt: str = "") -> int:
-        request = buffer_pb2.ExportStreamRequest(stream=stream, path=path, format=fmt)
+    def export(self, stream: str, path: str, fmt: str = "", *, overwrite: bool = False) -> int:
+        request = buffer_pb2.ExportStreamRequest(stream=stream, path=path, format=fmt, overwrite=overwrite)
         return int(self._call("ExportStream", request, timeout=max(self.timeout, 600)).exported)
 
     def status(self) -> common_pb2.ServiceStatus:

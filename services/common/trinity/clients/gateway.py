@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 from trinity.runtime.client import call_with_retry, open_channel
+from trinity.runtime.tls import TlsSettings
 from trinity.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
 
 class GatewayClient:
-    def __init__(self, target: str, *, token: str | None = None, timeout: float = 30.0) -> None:
+    def __init__(
+        self, target: str, *, token: str | None = None, tls: TlsSettings | None = None, timeout: float = 30.0
+    ) -> None:
         self.target = target
         self.timeout = timeout
-        self._channel = open_channel(target, token=token)
+        self._channel = open_channel(target, token=token, tls=tls)
         self.stub = gateway_pb2_grpc.GatewayServiceStub(self._channel)
 
     def close(self) -> None:
@@ -140,6 +144,7 @@ class RunReporter:
             message=message,
             stage=self.stage,
             final_model_path=final_model_path,
+            event_id=uuid.uuid4().hex,  # the same across retries of this report
         )
         try:
             return bool(self.gateway.report(event).run_active)

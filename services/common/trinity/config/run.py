@@ -16,6 +16,7 @@ from trinity.config.explorer import ExplorerConfig
 from trinity.config.registered import AlgorithmName, LossOverrides
 from trinity.config.sync import SynchronizerConfig
 from trinity.config.trainer import TorchTrainerConfig, TrainerConfig
+from trinity.runtime.limits import MAX_CONFIG_BYTES
 
 OFFLINE_ALGORITHMS = ("sft", "dpo")
 
@@ -127,12 +128,38 @@ def _deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]
     return out
 
 
-def parse_run_config(text: str, *, source: str = "config") -> RunConfig:
-    """YAML/JSON text -> a validated RunConfig; errors name the field (`algorithm.algorithm_type: ...`)."""
+class _PlainLoader(yaml.SafeLoader):
+    """YAML without anchors and aliases: each alias level can multiply the document (a 997-byte config became
+    12.5 MB with three), and a run config, a page of settings, has no need of them."""
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            line = event.start_mark.line + 1 if event.start_mark else 0
+            raise ConfigError("", f"{self.name}: YAML anchors/aliases are not allowed (line {line}); write values out")
+        return super().compose_node(parent, index)
+
+
+def load_config_yaml(text: str, source: str = "config") -> Any:
+    """The data of a run config's YAML/JSON text, at most MAX_CONFIG_BYTES long, without anchors or aliases."""
+    if len(text) > MAX_CONFIG_BYTES or len(text.encode()) > MAX_CONFIG_BYTES:
+        raise ConfigError("", f"{source} is larger than {MAX_CONFIG_BYTES // 1024} KiB, the limit of a run config")
     try:
-        data = yaml.safe_load(text)
+        loader = _PlainLoader(text)  # the reader already refuses unprintable characters
+        loader.name = source
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
     except yaml.YAMLError as err:
         raise ConfigError("", f"{source} is not valid YAML: {err}") from None
+    except RecursionError:
+        raise ConfigError("", f"{source} is nested too deeply to be a run config") from None
+
+
+def parse_run_config(text: str, *, source: str = "config") -> RunConfig:
+    """YAML/JSON text -> a validated RunConfig; errors name the field (`algorithm.algorithm_type: ...`)."""
+    data = load_config_yaml(text, source)
     if not isinstance(data, dict):
         raise ConfigError("", f"{source} must be a mapping of sections (model, algorithm, buffer, ...)")
     try:
@@ -143,8 +170,10 @@ def parse_run_config(text: str, *, source: str = "config") -> RunConfig:
 
 def load_run_config(path: str | Path) -> RunConfig:
     file = Path(path)
-    if not file.exists():
-        raise ConfigError("--config", f"{file} does not exist")
+    if not file.is_file():
+        raise ConfigError("--config", f"{file} does not exist or is not a file")
+    if file.stat().st_size > MAX_CONFIG_BYTES:
+        raise ConfigError("--config", f"{file} is larger than {MAX_CONFIG_BYTES // 1024} KiB, a run config's limit")
     config = parse_run_config(file.read_text(), source=str(file))
     return _resolve_paths(config, file.parent.resolve())
 

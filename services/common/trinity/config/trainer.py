@@ -42,7 +42,11 @@ class _TrainerSection(_Section):
     recompute_old_logprobs: bool = Field(
         default=False, description="use the trainer's own log-probs as old log-probs instead of the sampler's"
     )
-    save_interval: int = Field(default=0, ge=0, description="checkpoint every N train steps; 0 = only at the end")
+    save_interval: int = Field(
+        default=10,
+        ge=0,
+        description="checkpoint every N train steps (a lost trainer redoes at most N); 0 = only at the end",
+    )
     keep_checkpoints: int = Field(default=2, gt=0, description="checkpoints kept on disk (the newest)")
     threads: int = Field(default=0, ge=0, description="torch threads; 0 = decided by the launcher")
 

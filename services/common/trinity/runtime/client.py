@@ -1,4 +1,4 @@
-"""Client helpers: channels with auth, message size limits, retries with backoff and default deadlines."""
+"""Client helpers: channels with auth and TLS, message size limits, retries with backoff and default deadlines."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import grpc
+import tenacity
 
 from trinity.runtime.server import message_size_options
+from trinity.runtime.tls import TlsSettings
 
 T = TypeVar("T")
 
@@ -48,28 +50,51 @@ class _AuthInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientI
         return continuation(self._details(details), request)
 
 
-def open_channel(target: str, *, token: str | None = None, max_message_mb: int = 256) -> grpc.Channel:
-    """An insecure channel to `target` (host:port) with retries; `token` defaults to TRINITY_AUTH_TOKEN."""
-    token = token if token is not None else os.environ.get("TRINITY_AUTH_TOKEN") or None
-    options = [
+def _channel_options(max_message_mb: int, tls: TlsSettings) -> list[tuple[str, Any]]:
+    return [
         *message_size_options(max_message_mb),
         ("grpc.service_config", _RETRY_SERVICE_CONFIG),
         ("grpc.enable_retries", 1),
         ("grpc.keepalive_time_ms", 30_000),
+        *tls.channel_options(),
     ]
-    channel = grpc.insecure_channel(target, options=options)
+
+
+def open_channel(
+    target: str, *, token: str | None = None, tls: TlsSettings | None = None, max_message_mb: int = 256
+) -> grpc.Channel:
+    """A channel to `target` (host:port) with retries; TLS as `tls` says (default: the `TRINITY_TLS_*`
+    variables, see trinity.runtime.tls); `token` defaults to TRINITY_AUTH_TOKEN."""
+    token = token if token is not None else os.environ.get("TRINITY_AUTH_TOKEN") or None
+    tls = tls if tls is not None else TlsSettings.from_env()
+    options = _channel_options(max_message_mb, tls)
+    if tls.dials_tls:
+        channel = grpc.secure_channel(target, tls.channel_credentials(), options=options)
+    else:
+        channel = grpc.insecure_channel(target, options=options)
     if token:
         channel = grpc.intercept_channel(channel, _AuthInterceptor(token))
     return channel
 
 
-def wait_until_serving(target: str, *, timeout: float = 30.0, service: str = "", token: str | None = None) -> None:
+def open_async_channel(target: str, *, tls: TlsSettings | None = None, max_message_mb: int = 256) -> grpc.aio.Channel:
+    """The asyncio twin of `open_channel`, without the token: asyncio callers send it as call metadata."""
+    tls = tls if tls is not None else TlsSettings.from_env()
+    options = _channel_options(max_message_mb, tls)
+    if tls.dials_tls:
+        return grpc.aio.secure_channel(target, tls.channel_credentials(), options=options)
+    return grpc.aio.insecure_channel(target, options=options)
+
+
+def wait_until_serving(
+    target: str, *, timeout: float = 30.0, service: str = "", token: str | None = None, tls: TlsSettings | None = None
+) -> None:
     """Block until the health service at `target` reports SERVING, or raise TimeoutError."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     deadline = time.monotonic() + timeout
     last: Exception | None = None
-    with open_channel(target, token=token) as channel:
+    with open_channel(target, token=token, tls=tls) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             try:
@@ -82,22 +107,28 @@ def wait_until_serving(target: str, *, timeout: float = 30.0, service: str = "",
     raise TimeoutError(f"{target} did not report SERVING within {timeout:.0f}s (last error: {last})")
 
 
+def outage_seconds() -> float:
+    """How long a client keeps retrying a service that is unreachable (`TRINITY_OUTAGE_SECONDS`, default 60):
+    long enough to ride out a restart of the gateway, the buffer or Redis (a few seconds each here)."""
+    return float(os.environ.get("TRINITY_OUTAGE_SECONDS", "60"))
+
+
 def call_with_retry(
     fn: Callable[[], T],
     *,
-    attempts: int = 5,
-    initial_backoff: float = 0.1,
-    max_backoff: float = 2.0,
+    within: float | None = None,
     retry_on: tuple[grpc.StatusCode, ...] = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED),
 ) -> T:
-    """Retry `fn` on transient gRPC errors with exponential backoff (for calls that are safe to repeat)."""
-    backoff = initial_backoff
-    for attempt in range(1, attempts + 1):
-        try:
-            return fn()
-        except grpc.RpcError as err:
-            if attempt == attempts or err.code() not in retry_on:
-                raise
-            time.sleep(backoff)
-            backoff = min(backoff * 2, max_backoff)
-    raise AssertionError("unreachable")
+    """`fn()`, retried with exponential backoff (0.1 s doubling to 2 s) while it fails with a transient status,
+    for up to `within` seconds (default `outage_seconds()`); for calls that are safe to repeat."""
+
+    def transient(err: BaseException) -> bool:
+        return isinstance(err, grpc.RpcError) and err.code() in retry_on
+
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_exception(transient),
+        wait=tenacity.wait_exponential(multiplier=0.1, max=2.0),
+        stop=tenacity.stop_after_delay(outage_seconds() if within is None else within),
+        reraise=True,
+    )
+    return retrying(fn)

@@ -7,7 +7,8 @@ every service reports bad input the same way: the right status code and a messag
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sized
 from typing import Any, TypeVar, cast
 
 import grpc
@@ -15,6 +16,7 @@ import redis
 from pydantic import ValidationError
 
 from trinity.config.errors import ConfigError, format_validation_error
+from trinity.runtime.limits import MAX_ERROR_DETAIL_BYTES, MAX_ITEMS, MAX_NAME_CHARS
 from trinity.runtime.logging import get_logger
 
 log = get_logger(__name__)
@@ -44,6 +46,10 @@ class ResourceExhausted(ServiceError):
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
+class PermissionDenied(ServiceError):
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
 class FailedPrecondition(ServiceError):
     code = grpc.StatusCode.FAILED_PRECONDITION
 
@@ -52,10 +58,31 @@ class Unavailable(ServiceError):
     code = grpc.StatusCode.UNAVAILABLE
 
 
-def require(value: str, field: str) -> str:
-    """A request field that must be set; INVALID_ARGUMENT naming it otherwise."""
+def require(value: str, field: str, max_chars: int = MAX_NAME_CHARS) -> str:
+    """A request field that must be set and fit its bound (a name by default); INVALID_ARGUMENT naming it otherwise."""
     if not value:
         raise InvalidArgument(field, "must be set")
+    return bounded(value, field, max_chars)
+
+
+def bounded(value: str, field: str, max_chars: int = MAX_NAME_CHARS) -> str:
+    """A string field of at most `max_chars` characters (trinity.runtime.limits); INVALID_ARGUMENT otherwise."""
+    if len(value) > max_chars:
+        raise InvalidArgument(field, f"{len(value)} characters; at most {max_chars} are allowed")
+    return value
+
+
+def at_most(items: Sized, field: str, limit: int = MAX_ITEMS) -> None:
+    """A repeated or map field of at most `limit` entries; RESOURCE_EXHAUSTED naming it otherwise (as gRPC answers
+    a message over its size limit: the request is well formed, only too big for one call)."""
+    if len(items) > limit:
+        raise ResourceExhausted(f"{field}: {len(items)} entries exceed the limit of {limit} per request; split it")
+
+
+def in_range(value: float, field: str, low: float, high: float) -> float:
+    """A finite number in [low, high]; NaN and infinities are out of every range."""
+    if not (math.isfinite(value) and low <= value <= high):
+        raise InvalidArgument(field, f"must be a number between {low:g} and {high:g}, got {value}")
     return value
 
 
@@ -70,13 +97,52 @@ def grpc_errors(method: F) -> F:
         try:
             return method(self, request, context)
         except ServiceError as err:
-            context.abort(err.code, str(err))
+            _abort(context, err.code, str(err))
         except ValidationError as err:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, format_validation_error(err))
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, format_validation_error(err))
         except ConfigError as err:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(err))
         except (redis.ConnectionError, redis.TimeoutError) as err:
             log.warning("redis.unavailable", method=method.__name__, error=str(err))
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"redis unavailable: {err}")
+            _abort(context, grpc.StatusCode.UNAVAILABLE, f"redis unavailable: {err}")
+        except Exception as err:
+            if _aborted(context, err):
+                raise
+            # A bug, not bad input: the traceback goes to the log, the caller gets INTERNAL (gRPC would say
+            # UNKNOWN and echo the exception's text).
+            log.exception("rpc.failed", method=method.__name__)
+            _abort(
+                context,
+                grpc.StatusCode.INTERNAL,
+                f"{method.__name__} failed ({type(err).__name__}); the service log has the traceback; please report it",
+            )
 
     return cast(F, wrapper)  # functools.wraps keeps the signature mypy cannot see through
+
+
+def _aborted(context: grpc.ServicerContext, err: Exception) -> bool:
+    """Whether `err` is the method's own `context.abort`: grpc.aio raises AbortError, the threaded server a bare
+    Exception once it has recorded the status."""
+    if isinstance(err, grpc.aio.AbortError):
+        return True
+    code = getattr(context, "code", None)
+    return callable(code) and code() is not None
+
+
+def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> None:
+    """Abort with `message` cut to MAX_ERROR_DETAIL_BYTES: a message that echoes a huge input (a 10 KB name)
+    would overflow the metadata limit and reach the caller as RESOURCE_EXHAUSTED instead of its own status."""
+    data = message.encode()
+    if len(data) > MAX_ERROR_DETAIL_BYTES:
+        kept = data[: MAX_ERROR_DETAIL_BYTES - 32].decode(errors="ignore")
+        message = f"{kept}... ({len(data) - len(kept.encode())} bytes cut)"
+    context.abort(code, message)
+
+
+def one_line(err: BaseException) -> str:
+    """An error as one line for a run's event log: a gRPC error as its status and details (its repr spans
+    many lines), anything else as its type and the first line of its message."""
+    if isinstance(err, grpc.RpcError) and isinstance(err, grpc.Call):
+        return f"{err.code().name}: {err.details()}"
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__

@@ -15,6 +15,9 @@ from collections.abc import Sequence
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from trinity.runtime.client import open_channel
+from trinity.runtime.tls import TlsSettings
+
 EXIT_HEALTHY = 0
 EXIT_UNHEALTHY = 1
 
@@ -27,9 +30,10 @@ def default_address() -> str:
     return f"127.0.0.1:{port}"
 
 
-def check(address: str, *, service: str = "", timeout: float = 3.0) -> bool:
-    """One health Check against `address`; True only for SERVING."""
-    with grpc.insecure_channel(address) as channel:
+def check(address: str, *, service: str = "", timeout: float = 3.0, tls: TlsSettings | None = None) -> bool:
+    """One health Check against `address`; True only for SERVING. TLS as the service's own `TRINITY_TLS_*`
+    variables say: the probe dials it with the service's CA, server name and (for mutual TLS) certificate."""
+    with open_channel(address, tls=tls) as channel:
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(service=service), timeout=timeout, wait_for_ready=False

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from trinity.config import RunConfig
-from trinity.runtime.errors import FailedPrecondition, InvalidArgument
+from trinity.runtime.errors import FailedPrecondition, InvalidArgument, bounded
+from trinity.runtime.limits import MAX_TEXT_CHARS
 from trinity.runtime.status import service_status
 from trinity.v1 import common_pb2, explorer_pb2
 
@@ -76,6 +77,9 @@ class RunHost:
         return self.status()
 
     def stop(self, request: explorer_pb2.StopRunRequest) -> common_pb2.ServiceStatus:
+        if request.reason not in explorer_pb2.StopReason.values():
+            raise InvalidArgument("reason", f"unknown stop reason {request.reason}")
+        bounded(request.detail, "detail", MAX_TEXT_CHARS)
         runner = self.runner
         if runner is not None and (not request.run_id or runner.run_id == request.run_id):
             runner.stop(request.reason, request.detail)
@@ -129,5 +133,5 @@ class ReportingRunner:
             metrics=metrics,
             final_model_path=final_model_path,
         )
-        if not active and kind not in ("finished", "error"):
+        if not active and kind not in ("finished", "error", "leaving"):
             self._stop.set()  # the run is over (cancelled or failed elsewhere)

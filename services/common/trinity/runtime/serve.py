@@ -10,6 +10,7 @@ import argparse
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 from typing import Any
@@ -103,6 +104,7 @@ def _register_with_gateway(service: str, settings: ServiceSettings, port: int) -
         service=service,
         address=settings.advertised_address(port),
         has_gpu=has_gpu() if service in ("explorer", "trainer") else False,
+        started_unix_ms=time.time_ns() // 1_000_000,  # this process's incarnation of the instance id
     )
     return GatewayAgent(settings.gateway, instance).start()
 

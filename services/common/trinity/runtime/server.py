@@ -2,17 +2,32 @@
 
 Health checking and server reflection are always on; a bearer-token interceptor guards every RPC except
 health and reflection (Kubernetes probes cannot send headers) when a token is configured; SIGTERM drains.
+
+No call starves the others. The server is a `grpc.aio` server whose event loop runs in a thread of its own:
+- handlers written as plain functions (nearly all: short Redis or engine work) run in the server's thread pool
+  of `workers` threads, exactly as under a synchronous server; `workers` bounds the calls doing synchronous work
+  at one time, and calls beyond it queue for a thread;
+- handlers that wait for a long time (`WatchRun`, a long-poll `ReadExperiences`) are coroutines: they wait on
+  the loop (redis.asyncio) and hold no thread while they wait; their synchronous part runs in the pool
+  (`trinity.runtime.aio.in_pool`);
+- health, reflection and the token check are answered on the loop, so they answer however busy the pool is;
+- a cancelled call's coroutine is cancelled at once, which drops what it held (its Redis connection with it).
+Separate executors or per-client limits would only move the cliff (N streams per client, M clients), so the
+waits got off threads instead. grpc.aio gives plain handlers a context without `is_active()` / `cancelled()`:
+a handler that must notice a cancelled call is a coroutine.
 """
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import hmac
 import signal
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from concurrent import futures
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -33,27 +48,33 @@ _KEEPALIVE_OPTIONS = [
 ]
 
 
-class BearerTokenInterceptor(grpc.ServerInterceptor):
-    """Rejects calls without `authorization: Bearer <token>` with UNAUTHENTICATED."""
+class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
+    """Rejects calls without `authorization: Bearer <token>` with UNAUTHENTICATED (on the loop: no thread)."""
 
     def __init__(self, token: str) -> None:
         self._expected = f"Bearer {token}".encode()
 
-        def deny(_request: Any, context: grpc.ServicerContext) -> None:
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token (set TRINITY_AUTH_TOKEN)")
+        async def deny(_request: Any, context: grpc.aio.ServicerContext) -> None:
+            await context.abort(
+                grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token (set TRINITY_AUTH_TOKEN)"
+            )
 
         self._deny = grpc.unary_unary_rpc_method_handler(deny)
         self._deny_stream = grpc.unary_stream_rpc_method_handler(deny)
 
-    def intercept_service(self, continuation: Callable, handler_call_details: grpc.HandlerCallDetails) -> Any:
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Any:
         method = handler_call_details.method
         if method.startswith(_OPEN_PREFIXES):
-            return continuation(handler_call_details)
+            return await continuation(handler_call_details)
         metadata = dict(handler_call_details.invocation_metadata or ())
         presented = str(metadata.get("authorization", "")).encode()
         if hmac.compare_digest(presented, self._expected):
-            return continuation(handler_call_details)
-        handler = continuation(handler_call_details)
+            return await continuation(handler_call_details)
+        handler = await continuation(handler_call_details)
         if handler is not None and handler.response_streaming:
             return self._deny_stream
         return self._deny
@@ -66,59 +87,108 @@ def message_size_options(max_message_mb: int) -> list[tuple[str, int]]:
 
 @dataclass
 class ServiceRegistration:
-    """How a service plugs into the bootstrap: its servicer adder and its full service names."""
+    """How a service plugs into the bootstrap: its servicer adder and its full service names.
 
-    add_to_server: Callable[[grpc.Server], None]
+    `on_shutdown` runs after the drain; `on_shutdown_async` then runs on the server's loop, for what the
+    coroutine handlers used there (redis.asyncio clients)."""
+
+    add_to_server: Callable[[grpc.aio.Server], None]
     service_names: Iterable[str]
     on_shutdown: Callable[[], None] | None = None
+    on_shutdown_async: Callable[[], Coroutine[Any, Any, None]] | None = None
+
+
+T = TypeVar("T")
 
 
 class GrpcServer:
-    """A started server: `port` is the bound one; `stop()` drains; `wait()` blocks until stopped."""
+    """A started server: `port` is the bound one; `stop()` drains; `wait()` blocks until stopped.
+
+    The grpc.aio server runs on an event loop in the thread `<service>-grpc`; plain handlers run in a pool of
+    `settings.workers` threads, which is also the loop's default executor (`trinity.runtime.aio.in_pool`).
+    """
 
     def __init__(self, settings: ServiceSettings, registration: ServiceRegistration) -> None:
         self.settings = settings
         self._registration = registration
-        interceptors = [BearerTokenInterceptor(settings.auth_token)] if settings.auth_token else []
-        self._server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix=settings.service),
-            interceptors=interceptors,
-            options=[*message_size_options(settings.max_message_mb), *_KEEPALIVE_OPTIONS],
+        self._pool = futures.ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix=settings.service)
+        self._loop = asyncio.new_event_loop()
+        self._loop.set_default_executor(self._pool)
+        self._loop_thread = threading.Thread(
+            target=self._loop.run_forever, name=f"{settings.service}-grpc", daemon=True
         )
+        self._loop_thread.start()
+        self._server = self._on_loop(self._create_server())
         registration.add_to_server(self._server)
-        self.health = health.HealthServicer()
+        self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         names = [*registration.service_names, health.SERVICE_NAME, reflection.SERVICE_NAME]
         reflection.enable_server_reflection(names, self._server)
-        self.port = self._server.add_insecure_port(f"{settings.host}:{settings.port}")
-        if self.port == 0:
-            raise RuntimeError(f"could not bind {settings.host}:{settings.port}; is the port already in use?")
+        try:
+            self.port = settings.tls.bind(self._server, f"{settings.host}:{settings.port}")
+        except RuntimeError as err:  # grpc.aio raises where the synchronous server returned port 0
+            raise RuntimeError(f"could not bind {settings.host}:{settings.port}; is the port already in use?") from err
         self._stopped = threading.Event()
         self._stop_lock = threading.Lock()
+        # Held while health is set and while the loop closes, so that no set waits on a loop that is gone.
+        self._loop_lock = threading.Lock()
         self._signal: int | None = None
 
+    async def _create_server(self) -> grpc.aio.Server:
+        """Made on the loop: grpc.aio binds a server to the loop running where it is created."""
+        interceptors = [BearerTokenInterceptor(self.settings.auth_token)] if self.settings.auth_token else []
+        return grpc.aio.server(
+            migration_thread_pool=self._pool,
+            interceptors=interceptors,
+            options=[*message_size_options(self.settings.max_message_mb), *_KEEPALIVE_OPTIONS],
+        )
+
+    def _on_loop(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run `coroutine` on the server's loop and wait for it (from any thread but the loop's)."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
     def start(self) -> GrpcServer:
-        self._server.start()
+        self._on_loop(self._server.start())
         self.set_serving(True)
         log.info("service.serving", port=self.port, instance_id=self.settings.instance_id)
         return self
 
     def set_serving(self, serving: bool) -> None:
+        """Health of the server and its services; from any thread but the loop's, a no-op once stopped."""
         status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
-        for name in ["", *self._registration.service_names]:
-            self.health.set(name, status)
+
+        async def apply() -> None:
+            for name in ["", *self._registration.service_names]:
+                await self.health.set(name, status)
+
+        with self._loop_lock:
+            if not self._loop.is_closed():
+                self._on_loop(apply())
 
     def stop(self, grace: float | None = None) -> None:
-        """Stop accepting calls, let in-flight ones finish (up to `grace` s), then run the service's shutdown."""
+        """Stop accepting calls, let in-flight ones finish (up to `grace` s, then they are cancelled), then run
+        the service's shutdown and close the loop."""
         with self._stop_lock:
             if self._stopped.is_set():
                 return
             grace = self.settings.drain_seconds if grace is None else grace
             log.info("service.draining", grace_seconds=grace)
-            self.health.enter_graceful_shutdown()
-            self._server.stop(grace).wait()
+            self._on_loop(self.health.enter_graceful_shutdown())
+            self._on_loop(self._server.stop(grace))
             if self._registration.on_shutdown is not None:
                 self._registration.on_shutdown()
+            if self._registration.on_shutdown_async is not None:
+                self._on_loop(self._registration.on_shutdown_async())
+            with self._loop_lock:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                self._loop_thread.join()
+                self._loop.close()
+            # A plain handler still running past the grace period finishes in its thread; no new one starts.
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            # Releasing the server (and its calls' state, in cycles) shuts grpc.aio down, joining its poller
+            # thread: one still alive at interpreter exit can abort the process ("FATAL: exception not rethrown").
+            del self._server
+            gc.collect()
             self._stopped.set()
             log.info("service.stopped")
 
@@ -148,7 +218,7 @@ def full_service_name(proto_module: Any, service: str) -> str:
 def start_grpc_service(
     settings: ServiceSettings,
     servicer: Any,
-    add_servicer: Callable[[Any, grpc.Server], None],
+    add_servicer: Callable[[Any, grpc.aio.Server], None],
     service_name: str,
     on_shutdown: Callable[[], None] | None = None,
 ) -> GrpcServer:

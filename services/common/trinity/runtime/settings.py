@@ -8,9 +8,23 @@ import uuid
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trinity.runtime.limits import MAX_ACTIVE_RUNS
+from trinity.runtime.tls import TlsSettings
+
 
 def _env(name: str, default: str) -> str:
     return os.environ.get(f"TRINITY_{name}", default)
+
+
+def data_roots_from_env() -> tuple[str, ...]:
+    """`TRINITY_DATA_ROOTS` (os.pathsep-separated; default: the working directory), plus `TRINITY_RUNS_DIR` when set.
+
+    The working directory is where a hand-started `trinity serve buffer` finds a project's task files; the runs
+    directory is where the services keep runs (checkpoints, exports), so it needs no second mention.
+    """
+    listed = [root for root in os.environ.get("TRINITY_DATA_ROOTS", "").split(os.pathsep) if root]
+    runs = os.environ.get("TRINITY_RUNS_DIR")
+    return tuple(dict.fromkeys([*(listed or [os.getcwd()]), *([runs] if runs else [])]))
 
 
 class ServiceSettings(BaseModel):
@@ -22,14 +36,35 @@ class ServiceSettings(BaseModel):
     host: str = "0.0.0.0"
     port: int = Field(default=0, ge=0, le=65535, description="gRPC port; 0 picks a free one")
     metrics_port: int = Field(default=-1, ge=-1, le=65535, description="-1 disables, 0 picks a free one")
-    auth_token: str | None = None
+    # Out of repr so that no log line or traceback that shows the settings shows the token.
+    auth_token: str | None = Field(default=None, repr=False)
     redis_url: str | None = None
     instance_id: str = Field(default_factory=lambda: uuid.uuid4().hex[:12])
     max_message_mb: int = Field(default=256, ge=1, le=2047)
-    workers: int = Field(default=32, ge=1, le=1024)
+    workers: int = Field(
+        default=32,
+        ge=1,
+        le=1024,
+        description="threads for the gRPC handlers' synchronous work at once (more calls queue); health checks, "
+        "watches and long polls waiting for data take none (trinity.runtime.server)",
+    )
     drain_seconds: float = Field(default=10.0, ge=0)
     gateway: str | None = Field(default=None, description="gateway address to register with")
     advertise_host: str | None = Field(default=None, description="host others reach this service at")
+    tls: TlsSettings = Field(default_factory=TlsSettings, description="TLS / mutual TLS (trinity.runtime.tls)")
+    liveness_seconds: float = Field(
+        default=30.0, gt=0, description="gateway: an instance silent this long is lost (stalls shorter are tolerated)"
+    )
+    recovery_seconds: float = Field(
+        default=300.0, gt=0, description="gateway: a run whose lost service is not back this long after fails"
+    )
+    data_roots: tuple[str, ...] = Field(
+        default_factory=data_roots_from_env,
+        description="buffer: every path a client names must resolve inside one of these (TRINITY_DATA_ROOTS)",
+    )
+    max_active_runs: int = Field(
+        default=MAX_ACTIVE_RUNS, ge=1, description="gateway: CreateRun refuses runs beyond this many pending or running"
+    )
 
     def advertised_address(self, port: int) -> str:
         """host:port as other services should dial it (a wildcard bind advertises the hostname)."""
@@ -51,6 +86,10 @@ class ServiceSettings(BaseModel):
             "drain_seconds": float(_env("DRAIN_SECONDS", "10")),
             "gateway": os.environ.get("TRINITY_GATEWAY") or None,
             "advertise_host": os.environ.get("TRINITY_ADVERTISE_HOST") or None,
+            "tls": TlsSettings.from_env(),
+            "liveness_seconds": float(_env("LIVENESS_SECONDS", "30")),
+            "recovery_seconds": float(_env("RECOVERY_SECONDS", "300")),
+            "max_active_runs": int(_env("MAX_ACTIVE_RUNS", str(MAX_ACTIVE_RUNS))),
         }
         if os.environ.get("TRINITY_INSTANCE_ID"):
             values["instance_id"] = os.environ["TRINITY_INSTANCE_ID"]

@@ -350,14 +350,16 @@ class AckExperiencesResponse(_message.Message):
     def __init__(self, acked: _Optional[int] = ...) -> None: ...
 
 class NackExperiencesRequest(_message.Message):
-    __slots__ = ("stream", "consumer", "entry_ids")
+    __slots__ = ("stream", "consumer", "entry_ids", "all_pending")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_FIELD_NUMBER: _ClassVar[int]
     ENTRY_IDS_FIELD_NUMBER: _ClassVar[int]
+    ALL_PENDING_FIELD_NUMBER: _ClassVar[int]
     stream: str
     consumer: str
     entry_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, stream: _Optional[str] = ..., consumer: _Optional[str] = ..., entry_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    all_pending: bool
+    def __init__(self, stream: _Optional[str] = ..., consumer: _Optional[str] = ..., entry_ids: _Optional[_Iterable[str]] = ..., all_pending: _Optional[bool] = ...) -> None: ...
 
 class NackExperiencesResponse(_message.Message):
     __slots__ = ("requeued", "dead_lettered")
@@ -414,14 +416,16 @@ class LoadOfflineDataResponse(_message.Message):
     def __init__(self, loaded: _Optional[int] = ..., skipped: _Optional[int] = ...) -> None: ...
 
 class ExportStreamRequest(_message.Message):
-    __slots__ = ("stream", "path", "format")
+    __slots__ = ("stream", "path", "format", "overwrite")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
+    OVERWRITE_FIELD_NUMBER: _ClassVar[int]
     stream: str
     path: str
     format: str
-    def __init__(self, stream: _Optional[str] = ..., path: _Optional[str] = ..., format: _Optional[str] = ...) -> None: ...
+    overwrite: bool
+    def __init__(self, stream: _Optional[str] = ..., path: _Optional[str] = ..., format: _Optional[str] = ..., overwrite: _Optional[bool] = ...) -> None: ...
 
 class ExportStreamResponse(_message.Message):
     __slots__ = ("exported", "path")

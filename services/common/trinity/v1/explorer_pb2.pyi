@@ -24,18 +24,20 @@ STOP_REASON_FAILED: StopReason
 STOP_REASON_SHUTDOWN: StopReason
 
 class StartRunRequest(_message.Message):
-    __slots__ = ("run_id", "config_json", "buffer_address", "gateway_address", "stage")
+    __slots__ = ("run_id", "config_json", "buffer_address", "gateway_address", "stage", "resume_model_version")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
     BUFFER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     GATEWAY_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     STAGE_FIELD_NUMBER: _ClassVar[int]
+    RESUME_MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     config_json: str
     buffer_address: str
     gateway_address: str
     stage: int
-    def __init__(self, run_id: _Optional[str] = ..., config_json: _Optional[str] = ..., buffer_address: _Optional[str] = ..., gateway_address: _Optional[str] = ..., stage: _Optional[int] = ...) -> None: ...
+    resume_model_version: int
+    def __init__(self, run_id: _Optional[str] = ..., config_json: _Optional[str] = ..., buffer_address: _Optional[str] = ..., gateway_address: _Optional[str] = ..., stage: _Optional[int] = ..., resume_model_version: _Optional[int] = ...) -> None: ...
 
 class StopRunRequest(_message.Message):
     __slots__ = ("run_id", "detail", "reason")

@@ -24,7 +24,7 @@ RUN_STATE_FAILED: RunState
 RUN_STATE_CANCELLED: RunState
 
 class Run(_message.Message):
-    __slots__ = ("id", "name", "state", "config_json", "created_unix_ms", "updated_unix_ms", "error", "train_step", "explore_step", "model_version", "stage", "latest_metrics", "assignments", "finished", "final_model_path")
+    __slots__ = ("id", "name", "state", "config_json", "created_unix_ms", "updated_unix_ms", "error", "train_step", "explore_step", "model_version", "stage", "latest_metrics", "assignments", "finished", "final_model_path", "lost_unix_ms")
     class LatestMetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -39,6 +39,13 @@ class Run(_message.Message):
         key: str
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class LostUnixMsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -54,6 +61,7 @@ class Run(_message.Message):
     ASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
     FINISHED_FIELD_NUMBER: _ClassVar[int]
     FINAL_MODEL_PATH_FIELD_NUMBER: _ClassVar[int]
+    LOST_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     id: str
     name: str
     state: RunState
@@ -69,7 +77,8 @@ class Run(_message.Message):
     assignments: _containers.ScalarMap[str, str]
     finished: _containers.RepeatedScalarFieldContainer[str]
     final_model_path: str
-    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., config_json: _Optional[str] = ..., created_unix_ms: _Optional[int] = ..., updated_unix_ms: _Optional[int] = ..., error: _Optional[str] = ..., train_step: _Optional[int] = ..., explore_step: _Optional[int] = ..., model_version: _Optional[int] = ..., stage: _Optional[int] = ..., latest_metrics: _Optional[_Mapping[str, float]] = ..., assignments: _Optional[_Mapping[str, str]] = ..., finished: _Optional[_Iterable[str]] = ..., final_model_path: _Optional[str] = ...) -> None: ...
+    lost_unix_ms: _containers.ScalarMap[str, int]
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., config_json: _Optional[str] = ..., created_unix_ms: _Optional[int] = ..., updated_unix_ms: _Optional[int] = ..., error: _Optional[str] = ..., train_step: _Optional[int] = ..., explore_step: _Optional[int] = ..., model_version: _Optional[int] = ..., stage: _Optional[int] = ..., latest_metrics: _Optional[_Mapping[str, float]] = ..., assignments: _Optional[_Mapping[str, str]] = ..., finished: _Optional[_Iterable[str]] = ..., final_model_path: _Optional[str] = ..., lost_unix_ms: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class CreateRunRequest(_message.Message):
     __slots__ = ("config_yaml", "run_id")
@@ -104,7 +113,7 @@ class CancelRunRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class RunEvent(_message.Message):
-    __slots__ = ("run_id", "seq", "kind", "source", "step", "model_version", "metrics", "message", "unix_ms", "state", "stage", "final_model_path")
+    __slots__ = ("run_id", "seq", "kind", "source", "step", "model_version", "metrics", "message", "unix_ms", "state", "stage", "final_model_path", "event_id")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -124,6 +133,7 @@ class RunEvent(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     STAGE_FIELD_NUMBER: _ClassVar[int]
     FINAL_MODEL_PATH_FIELD_NUMBER: _ClassVar[int]
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     seq: str
     kind: str
@@ -136,7 +146,8 @@ class RunEvent(_message.Message):
     state: RunState
     stage: int
     final_model_path: str
-    def __init__(self, run_id: _Optional[str] = ..., seq: _Optional[str] = ..., kind: _Optional[str] = ..., source: _Optional[str] = ..., step: _Optional[int] = ..., model_version: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., message: _Optional[str] = ..., unix_ms: _Optional[int] = ..., state: _Optional[_Union[RunState, str]] = ..., stage: _Optional[int] = ..., final_model_path: _Optional[str] = ...) -> None: ...
+    event_id: str
+    def __init__(self, run_id: _Optional[str] = ..., seq: _Optional[str] = ..., kind: _Optional[str] = ..., source: _Optional[str] = ..., step: _Optional[int] = ..., model_version: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., message: _Optional[str] = ..., unix_ms: _Optional[int] = ..., state: _Optional[_Union[RunState, str]] = ..., stage: _Optional[int] = ..., final_model_path: _Optional[str] = ..., event_id: _Optional[str] = ...) -> None: ...
 
 class WatchRunRequest(_message.Message):
     __slots__ = ("run_id", "after_seq")
@@ -161,7 +172,7 @@ class ReportEventResponse(_message.Message):
     def __init__(self, seq: _Optional[str] = ..., run_active: _Optional[bool] = ...) -> None: ...
 
 class Instance(_message.Message):
-    __slots__ = ("instance_id", "service", "address", "has_gpu", "alive", "last_heartbeat_unix_ms", "run_id")
+    __slots__ = ("instance_id", "service", "address", "has_gpu", "alive", "last_heartbeat_unix_ms", "run_id", "started_unix_ms")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     SERVICE_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -169,6 +180,7 @@ class Instance(_message.Message):
     ALIVE_FIELD_NUMBER: _ClassVar[int]
     LAST_HEARTBEAT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STARTED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     instance_id: str
     service: str
     address: str
@@ -176,7 +188,8 @@ class Instance(_message.Message):
     alive: bool
     last_heartbeat_unix_ms: int
     run_id: str
-    def __init__(self, instance_id: _Optional[str] = ..., service: _Optional[str] = ..., address: _Optional[str] = ..., has_gpu: _Optional[bool] = ..., alive: _Optional[bool] = ..., last_heartbeat_unix_ms: _Optional[int] = ..., run_id: _Optional[str] = ...) -> None: ...
+    started_unix_ms: int
+    def __init__(self, instance_id: _Optional[str] = ..., service: _Optional[str] = ..., address: _Optional[str] = ..., has_gpu: _Optional[bool] = ..., alive: _Optional[bool] = ..., last_heartbeat_unix_ms: _Optional[int] = ..., run_id: _Optional[str] = ..., started_unix_ms: _Optional[int] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
     __slots__ = ("instance",)

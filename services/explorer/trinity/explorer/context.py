@@ -65,6 +65,7 @@ class ExplorerContext(ReportingRunner):
         gateway: GatewayClient,
         reporter: RunReporter,
         stop: threading.Event,
+        abandon: threading.Event | None = None,
         on_engine_failure: EngineFailure | None = None,
     ) -> None:
         self.run_id = run_id
@@ -76,6 +77,7 @@ class ExplorerContext(ReportingRunner):
         self.gateway = gateway
         self.reporter = reporter
         self._stop = stop
+        self._abandon = abandon or threading.Event()
         self.on_engine_failure = on_engine_failure
         self.feed: WeightFeed | None = None
         self.step = 0  # explore steps done (serve mode: feedback puts)
@@ -90,6 +92,12 @@ class ExplorerContext(ReportingRunner):
     @property
     def stopped(self) -> bool:
         return self._stop.is_set()
+
+    @property
+    def abandoned(self) -> bool:
+        """Stopped with no wrap-up to do (final weights, final evaluation): the run was cancelled or failed,
+        or this process shuts down and a replacement carries on."""
+        return self._abandon.is_set()
 
     def wait(self, seconds: float) -> bool:
         """Sleep up to `seconds`; True when the run was stopped meanwhile."""

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import secrets
 import socket
+import ssl
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import FastAPI, Header, HTTPException, Request
 from fastapi.responses import JSONResponse
@@ -29,7 +30,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from trinity.explorer.chat_tools import parse_tool_calls, render_chat
 from trinity.explorer.engines.base import Engine, GenerationRequest, SamplingSettings
 from trinity.explorer.sessions import RecordedCall, SessionStore, session_experiences
+from trinity.runtime.limits import MAX_ITEMS, MAX_NAME_CHARS, MAX_PROMPT_CHARS, MAX_STOP_STRINGS
 from trinity.runtime.logging import get_logger
+from trinity.runtime.tls import TlsSettings
 from trinity.v1 import common_pb2
 
 log = get_logger(__name__)
@@ -40,11 +43,14 @@ SESSION_HEADER = "X-Session-Id"
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    role: str = Field(min_length=1)
-    content: str | list[dict[str, Any]] | None = None
+    role: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    content: str | list[dict[str, Any]] | None = Field(default=None, max_length=MAX_PROMPT_CHARS)
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
     name: str | None = None
+
+
+StopText = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
 
 
 class ChatCompletionRequest(BaseModel):
@@ -53,18 +59,18 @@ class ChatCompletionRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     model: str = ""
-    messages: list[ChatMessage] = Field(min_length=1)
-    tools: list[dict[str, Any]] | None = None
+    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_ITEMS)
+    tools: list[dict[str, Any]] | None = Field(default=None, max_length=MAX_ITEMS)
     tool_choice: str | dict[str, Any] | None = None
     temperature: float = Field(default=1.0, ge=0, le=2)
     top_p: float = Field(default=1.0, gt=0, le=1)
     max_tokens: int | None = Field(default=None, gt=0)
     max_completion_tokens: int | None = Field(default=None, gt=0)
     n: int = Field(default=1, ge=1, le=1, description="one sample per call: each call is one recorded step")
-    stop: str | list[str] | None = None
+    stop: StopText | Annotated[list[StopText], Field(max_length=MAX_STOP_STRINGS)] | None = None
     stream: bool = False
-    user: str | None = None
-    session_id: str | None = None
+    user: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
+    session_id: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
 
     @field_validator("stream")
     @classmethod
@@ -77,10 +83,12 @@ class ChatCompletionRequest(BaseModel):
 class FeedbackRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    session_id: str = Field(min_length=1)
+    session_id: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
     reward: float
-    components: dict[str, float] = Field(default_factory=dict)
-    group_id: str = Field(default="", description="sessions that attempt the same task share it (GRPO groups)")
+    components: dict[str, float] = Field(default_factory=dict, max_length=MAX_ITEMS)
+    group_id: str = Field(
+        default="", max_length=MAX_NAME_CHARS, description="sessions that attempt the same task share it (GRPO groups)"
+    )
 
 
 @dataclass
@@ -151,7 +159,7 @@ def create_app(backend: ServeBackend, sessions: SessionStore | None = None) -> F
         try:
             (result,) = engine.generate([request])
         except Exception as err:
-            if not _is_request_error(err):
+            if not is_request_error(err):
                 raise
             raise HTTPException(status_code=400, detail=f"messages: {err}") from None
         sample = result.samples[0]
@@ -217,7 +225,7 @@ def create_app(backend: ServeBackend, sessions: SessionStore | None = None) -> F
     return app
 
 
-def _is_request_error(err: Exception) -> bool:
+def is_request_error(err: Exception) -> bool:
     """A generate failure caused by the request (e.g. a prompt longer than max_model_len).
 
     vLLM raises `VLLMValidationError`, which is not a ValueError; matched by name so this module
@@ -229,21 +237,32 @@ def _is_request_error(err: Exception) -> bool:
 class OpenAIServer:
     """The app on uvicorn in a background thread; `start` returns the bound URL (port 0 = a free one)."""
 
-    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0, tls: TlsSettings | None = None) -> None:
         import uvicorn
 
         self.app = app
+        # HTTPS with the explorer's own certificate and client rule (trinity.runtime.tls): the bearer token that
+        # guards this endpoint is the services' token, so it travels encrypted wherever the gRPC links do.
+        https: dict[str, Any] = {}
+        if tls is not None and tls.serves_tls:
+            https = {
+                "ssl_certfile": str(tls.cert),
+                "ssl_keyfile": str(tls.key),
+                "ssl_ca_certs": str(tls.ca) if tls.ca else None,
+                "ssl_cert_reqs": ssl.CERT_REQUIRED if tls.client_auth == "require" else ssl.CERT_NONE,
+            }
+        self.scheme = "https" if https else "http"
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind((host, port))  # bound here so a busy port fails in the caller, with the port named
         self.host, self.port = host, int(self._socket.getsockname()[1])
-        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, **https))
         self._thread = threading.Thread(target=self._serve, name="openai-api", daemon=True)
 
     @property
     def url(self) -> str:
         host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
-        return f"http://{host}:{self.port}/v1"
+        return f"{self.scheme}://{host}:{self.port}/v1"
 
     def _serve(self) -> None:
         self._server.run(sockets=[self._socket])

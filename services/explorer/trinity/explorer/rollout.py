@@ -36,7 +36,7 @@ def run(ctx: ExplorerContext) -> str:
         # A replacement explorer continues the run's step count (and so its version requirement).
         ctx.step = int(ctx.gateway.get_run(ctx.run_id).explore_step)
         ctx.start_weight_feed()
-    if cfg.explorer.eval_on_start and cfg.buffer.eval_tasksets:
+    if cfg.explorer.eval_on_start and cfg.buffer.eval_tasksets and ctx.step == 0:  # not again by a replacement
         _evaluate(ctx)
     last_eval_version = 0
     taskset = ctx.taskset(taskset_section.name)
@@ -66,6 +66,8 @@ def run(ctx: ExplorerContext) -> str:
             ctx.apply_staged_weights()
             _evaluate(ctx)
             last_eval_version = ctx.model_version
+    if ctx.abandoned:
+        return "explorer stopped"
     ctx.wait_for_final_weights()
     if cfg.buffer.eval_tasksets and ctx.model_version != last_eval_version:
         _evaluate(ctx)

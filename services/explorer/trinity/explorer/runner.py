@@ -19,12 +19,14 @@ from trinity.explorer.context import EngineFailure, ExplorerContext, engine_guar
 from trinity.explorer.engines import create_engine
 from trinity.explorer.engines.base import Engine
 from trinity.models import resolve_model_path
+from trinity.runtime.errors import one_line
 from trinity.runtime.logging import get_logger
 from trinity.v1 import explorer_pb2
 
 log = get_logger(__name__)
 
 Mode = Callable[[ExplorerContext], str]  # runs the mode; returns the `finished` event's message
+ABANDON = (explorer_pb2.STOP_REASON_CANCELLED, explorer_pb2.STOP_REASON_FAILED, explorer_pb2.STOP_REASON_SHUTDOWN)
 MODES: dict[str, Mode] = {"both": rollout.run, "explore": rollout.run, "bench": bench.run, "serve": serve.run}
 
 
@@ -68,6 +70,8 @@ class ExplorerRunner:
         self.state = "starting"
         self.finish_message = ""
         self._stop = threading.Event()
+        self._leaving = False  # stopping because this process shuts down: the run goes on elsewhere
+        self._abandon = threading.Event()  # stopping with no wrap-up (see ExplorerContext.abandoned)
         self._thread = threading.Thread(target=self._main, name=f"explorer-{run_id}", daemon=True)
 
     def start(self) -> None:
@@ -75,6 +79,9 @@ class ExplorerRunner:
 
     def stop(self, reason: explorer_pb2.StopReason, detail: str = "") -> None:
         log.info("explorer.stopping", run_id=self.run_id, reason=explorer_pb2.StopReason.Name(reason), detail=detail)
+        self._leaving = reason == explorer_pb2.STOP_REASON_SHUTDOWN
+        if reason in ABANDON:
+            self._abandon.set()
         self._stop.set()
 
     def join(self, timeout: float | None = None) -> None:
@@ -101,12 +108,16 @@ class ExplorerRunner:
     def _main(self) -> None:
         try:
             self.finish_message = self._run()
-            self._report_end("finished", self.finish_message)
-            self.state = "finished"
+            if self._leaving:  # its leased tasks go back to the queue; a replacement takes its place
+                self.state = "stopped"
+                self._report_end("leaving", "explorer shutting down")
+            else:
+                self.state = "finished"
+                self._report_end("finished", self.finish_message)
         except Exception as err:
             log.exception("explorer.failed", run_id=self.run_id)
             self.state = "failed"
-            self._report_end("error", f"{type(err).__name__}: {err}")
+            self._report_end("error", one_line(err))
         finally:
             if self.context is not None:
                 self.context.close()
@@ -129,6 +140,7 @@ class ExplorerRunner:
             gateway=self.gateway,
             reporter=self.reporter,
             stop=self._stop,
+            abandon=self._abandon,
             on_engine_failure=self.on_engine_failure,
         )
         self.state = "running"

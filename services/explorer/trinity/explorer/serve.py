@@ -12,6 +12,7 @@ import os
 from trinity.explorer.context import ExplorerContext
 from trinity.explorer.openai_api import OpenAIServer, ServeBackend, create_app
 from trinity.explorer.sessions import SessionStore
+from trinity.runtime.tls import TlsSettings
 from trinity.v1 import common_pb2
 
 WEIGHT_POLL_S = 0.5
@@ -48,6 +49,7 @@ def run(ctx: ExplorerContext) -> str:
         create_app(backend, SessionStore(ttl_s=cfg.explorer.session_ttl_seconds)),
         host=cfg.explorer.openai_host,
         port=cfg.explorer.openai_port,
+        tls=TlsSettings.from_env(),
     )
     ctx.openai_url = server.start()
     ctx.report("log", message=f"OpenAI endpoint at {ctx.openai_url}", metrics={"openai_port": server.port})

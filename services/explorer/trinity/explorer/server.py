@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 from urllib.parse import urlsplit
 
 import grpc
 
 from trinity.config import RunConfig
-from trinity.explorer.engines.base import GenerationRequest, SamplingSettings
+from trinity.explorer.engines.base import Engine, GenerationRequest, SamplingSettings
+from trinity.explorer.openai_api import is_request_error
 from trinity.explorer.runner import ExplorerRunner
-from trinity.runtime.errors import FailedPrecondition, InvalidArgument, grpc_errors
+from trinity.runtime.errors import FailedPrecondition, InvalidArgument, at_most, bounded, grpc_errors, in_range
+from trinity.runtime.limits import (
+    MAX_GENERATE_SAMPLES,
+    MAX_ITEMS,
+    MAX_PROMPT_CHARS,
+    MAX_STOP_STRINGS,
+    MIN_TEMPERATURE,
+)
 from trinity.runtime.logging import get_logger
 from trinity.runtime.run_host import RunHost
 from trinity.runtime.server import GrpcServer, full_service_name, start_grpc_service
@@ -26,6 +35,57 @@ def _explorer_metrics(runner: ExplorerRunner) -> dict[str, float]:
     if runner.openai_url:  # serve mode: the OpenAI endpoint's port (its URL is in the run's "log" event)
         metrics["openai_port"] = float(urlsplit(runner.openai_url).port or 0)
     return metrics
+
+
+def _check_generate(request: explorer_pb2.GenerateRequest) -> None:
+    """Everything about a Generate request that can be checked without a model."""
+    if bool(request.prompt) == bool(request.messages):
+        raise InvalidArgument("prompt", "give exactly one of prompt or messages")
+    bounded(request.prompt, "prompt", MAX_PROMPT_CHARS)
+    at_most(request.messages, "messages", MAX_ITEMS)
+    for i, m in enumerate(request.messages):
+        bounded(m.role, f"messages[{i}].role")
+        bounded(m.content, f"messages[{i}].content", MAX_PROMPT_CHARS)
+    if not 0 <= request.n <= MAX_GENERATE_SAMPLES:
+        raise InvalidArgument("n", f"must be between 1 and {MAX_GENERATE_SAMPLES} (0 = 1), got {request.n}")
+    in_range(request.temperature, "temperature", 0, math.inf)
+    if 0 < request.temperature < MIN_TEMPERATURE:
+        raise InvalidArgument("temperature", f"must be 0 (greedy) or at least {MIN_TEMPERATURE:g}")
+    if request.top_p and not 0 < request.top_p <= 1:  # NaN fails too
+        raise InvalidArgument("top_p", f"must be in (0, 1] (0 = 1), got {request.top_p}")
+    if request.top_k < -1:
+        raise InvalidArgument("top_k", f"must be >= 1, or 0 / -1 for all tokens, got {request.top_k}")
+    if request.max_tokens < 0:
+        raise InvalidArgument("max_tokens", f"must be >= 1 (0 = model.max_response_tokens), got {request.max_tokens}")
+    at_most(request.stop, "stop", MAX_STOP_STRINGS)
+    for i, stop in enumerate(request.stop):
+        bounded(stop, f"stop[{i}]")
+
+
+def _sampling(request: explorer_pb2.GenerateRequest, config: RunConfig) -> SamplingSettings:
+    """A checked request's sampling settings; zero fields take the defaults (max_tokens: the run's)."""
+    return SamplingSettings(
+        temperature=request.temperature,
+        top_p=request.top_p or 1.0,
+        top_k=request.top_k or -1,
+        max_tokens=request.max_tokens or config.model.max_response_tokens,
+        stop=tuple(request.stop),
+    )
+
+
+def _prompt_tokens(engine: Engine, request: explorer_pb2.GenerateRequest) -> list[int]:
+    messages = [{"role": m.role, "content": m.content} for m in request.messages] or None
+    try:
+        return engine.encode_prompt(GenerationRequest(prompt=request.prompt or None, messages=messages))
+    except Exception as err:  # noqa: BLE001 - a chat template that refuses the chat is the caller's error
+        raise InvalidArgument("messages", f"the chat template failed: {err}") from None
+
+
+def _context_tokens(config: RunConfig) -> int:
+    """Prompt plus response tokens the run's engine holds (vLLM's max_model_len, or the run's budgets)."""
+    model = config.model
+    limit: int | None = getattr(config.explorer.engine_options, "max_model_len", None)
+    return limit or model.max_prompt_tokens + model.max_response_tokens
 
 
 class ExplorerServicer(explorer_pb2_grpc.ExplorerServiceServicer):
@@ -67,25 +127,27 @@ class ExplorerServicer(explorer_pb2_grpc.ExplorerServiceServicer):
 
     @grpc_errors
     def Generate(self, request: explorer_pb2.GenerateRequest, context: grpc.ServicerContext) -> Any:
+        _check_generate(request)
         runner = self.runner
-        if runner is None or runner.engine is None:
+        engine = runner.engine if runner is not None and runner.state == "running" else None
+        if runner is None or engine is None:
             raise FailedPrecondition("no model is loaded: the explorer serves the model of its current run")
-        if bool(request.prompt) == bool(request.messages):
-            raise InvalidArgument("prompt", "give exactly one of prompt or messages")
-        sampling = SamplingSettings(
-            temperature=request.temperature,
-            top_p=request.top_p or 1.0,
-            top_k=request.top_k or -1,
-            max_tokens=request.max_tokens or 128,
-            stop=tuple(request.stop),
-        )
-        generation = GenerationRequest(
-            prompt=request.prompt or None,
-            messages=[{"role": m.role, "content": m.content} for m in request.messages] or None,
-            n=request.n or 1,
-            sampling=sampling,
-        )
-        (result,) = runner.engine.generate([generation])
+        sampling = _sampling(request, runner.config)
+        prompt = _prompt_tokens(engine, request)
+        context_tokens = _context_tokens(runner.config)
+        if len(prompt) + sampling.max_tokens > context_tokens:
+            raise InvalidArgument(
+                "prompt",
+                f"{len(prompt)} prompt tokens + max_tokens {sampling.max_tokens} exceed the run's context of "
+                f"{context_tokens} tokens; shorten the prompt or lower max_tokens",
+            )
+        generation = GenerationRequest(prompt_token_ids=prompt, n=request.n or 1, sampling=sampling)
+        try:
+            (result,) = engine.generate([generation])
+        except Exception as err:
+            if not is_request_error(err):
+                raise
+            raise InvalidArgument("", f"the engine refused the request: {err}") from None
         return explorer_pb2.GenerateResponse(
             prompt_token_ids=result.prompt_token_ids,
             model_version=result.model_version,

@@ -13,6 +13,11 @@ def events(run_id: str) -> str:
     return f"{PREFIX}:run:{{{run_id}}}:events"
 
 
+def event_id(run_id: str, event_id: str) -> str:
+    """The seq under which a reported event was recorded (a retried report returns it instead)."""
+    return f"{PREFIX}:run:{{{run_id}}}:event:{event_id}"
+
+
 def sync_group(run_id: str) -> str:
     return f"{PREFIX}:run:{{{run_id}}}:sync"
 

@@ -1,6 +1,10 @@
-"""The run lifecycle: validate, prepare the Buffer, assign services, follow events, finish or fail.
+"""The run lifecycle: validate, prepare the Buffer, assign services, follow events, heal, finish or fail.
 
-All run state lives in Redis (RunStore); a restarted gateway picks the runs up where they were.
+All run state lives in Redis (RunStore); a restarted gateway picks the runs up where they were. One
+monitor thread does the periodic work: it launches pending runs once their services are free (a pending
+run holds no thread), declares silent instances lost, and replaces lost ones. A lost trainer or explorer
+is replaced by the same instance id coming back (a supervisor restarted it) or by any free instance of
+its service; a run fails only when that does not happen within `recovery_seconds`.
 """
 
 from __future__ import annotations
@@ -8,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 
@@ -15,16 +20,16 @@ from trinity.clients import BufferClient
 from trinity.config import RunConfig, naming, parse_run_config
 from trinity.config.errors import ConfigError
 from trinity.gateway.registry import InstanceRegistry
-from trinity.gateway.runs import TERMINAL, RunStore
+from trinity.gateway.runs import TERMINAL, RunStore, now_ms
 from trinity.gateway.sync_groups import SyncGroups
 from trinity.runtime.client import open_channel
-from trinity.runtime.errors import FailedPrecondition, InvalidArgument
+from trinity.runtime.errors import FailedPrecondition, InvalidArgument, NotFound, one_line
 from trinity.runtime.logging import get_logger
 from trinity.v1 import common_pb2, explorer_pb2, explorer_pb2_grpc, gateway_pb2, trainer_pb2_grpc
 
 log = get_logger(__name__)
 
-RUNNING = gateway_pb2.RUN_STATE_RUNNING
+PENDING, RUNNING = gateway_pb2.RUN_STATE_PENDING, gateway_pb2.RUN_STATE_RUNNING
 ROLE_EXPLORER, ROLE_TRAINER = "explorer", "trainer"
 EVAL_EPOCHS = 1_000_000
 
@@ -45,15 +50,19 @@ class Orchestrator:
         *,
         address: str,
         assign_timeout: float = 600.0,
+        recovery_seconds: float = 300.0,
     ) -> None:
         self.runs = runs
         self.registry = registry
         self.sync_groups = sync_groups
         self.address = address
         self.assign_timeout = assign_timeout
+        self.recovery_seconds = recovery_seconds
         self._lock = threading.RLock()
         self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
+        # Launching a run blocks on the buffer (task sets, offline data): a few at a time, off the monitor.
+        self._launcher = ThreadPoolExecutor(max_workers=4, thread_name_prefix="launch")
+        self._launching: set[str] = set()
 
     # ---- public operations ----------------------------------------------------------------------
 
@@ -64,9 +73,8 @@ class Orchestrator:
         except ConfigError as err:
             raise InvalidArgument("", f"invalid run config: {err}") from None
         run = self.runs.create(config.name, config.model_dump_json(), run_id)
-        self.event(run.id, "state", message="run accepted", state=gateway_pb2.RUN_STATE_PENDING)
-        self._spawn(self._launch, run.id)
-        return run
+        self.event(run.id, "state", message="run accepted", state=PENDING)
+        return run  # the monitor launches it once its services are free
 
     def cancel(self, run_id: str, reason: str = "cancelled") -> gateway_pb2.Run:
         run = self.runs.get(run_id)
@@ -80,7 +88,9 @@ class Orchestrator:
         run = self.runs.get(event.run_id)
         if run.state in TERMINAL:
             return "", False
-        seq = self.runs.append_event(event)
+        seq, new = self.runs.append_once(event)
+        if not new:
+            return seq, True
         with self._lock:
             run = self.runs.get(event.run_id)
             if event.kind == "train":
@@ -92,10 +102,13 @@ class Orchestrator:
             for key, value in event.metrics.items():
                 run.latest_metrics[f"{event.kind}/{key}"] = value
             self.runs.save(run)
+        instance_id = event.source.partition("/")[2]
         if event.kind == "error":
             self._spawn(self._fail, run.id, f"{event.source}: {event.message}")
         elif event.kind == "finished":
-            self._spawn(self._on_finished, run.id, event.source.partition("/")[2], event.final_model_path)
+            self._spawn(self._on_finished, run.id, instance_id, event.final_model_path)
+        elif event.kind == "leaving":  # a draining service: hand its work on now, not after the liveness window
+            self._spawn(self._lose, run.id, instance_id, "it is shutting down")
         return seq, True
 
     def event(
@@ -133,6 +146,28 @@ class Orchestrator:
             config = config.model_copy(update={"model": config.model.model_copy(update={"path": run.final_model_path})})
         return config
 
+    def _schedule_pending(self) -> None:
+        """Launch the pending runs whose services are free; fail those that waited past `assign_timeout`."""
+        for run in self.runs.all():
+            if run.state != PENDING or run.id in self._launching:
+                continue
+            if now_ms() - run.created_unix_ms > self.assign_timeout * 1000:
+                self._fail(run.id, f"no free services within {self.assign_timeout:.0f}s ({self._missing(run)})")
+            elif not self._missing(run):
+                self._launching.add(run.id)
+                self._launcher.submit(self._launch, run.id)
+
+    def _missing(self, run: gateway_pb2.Run) -> str:
+        """What the run still waits for ("1 trainer, 2 explorer"), or "" when every service it needs is free."""
+        wanted = {"buffer": 1, **roles_for(self._config(run))}
+        busy = self._busy_instances(exclude_run=run.id)
+        short = {}
+        for service, count in wanted.items():
+            free = sum(1 for i in self.registry.alive(service) if service == "buffer" or i.instance_id not in busy)
+            if free < count:
+                short[service] = count - free
+        return ", ".join(f"{n} {service}" for service, n in short.items())
+
     def _launch(self, run_id: str) -> None:
         try:
             run = self.runs.get(run_id)
@@ -160,7 +195,9 @@ class Orchestrator:
                 self._start_on(run, inst, buffer.address)
         except Exception as err:
             log.exception("run.launch_failed", run_id=run_id)
-            self._fail(run_id, f"launch failed: {err}")
+            self._fail(run_id, f"launch failed: {one_line(err)}")
+        finally:
+            self._launching.discard(run_id)
 
     def _wait_for_instances(self, run_id: str, service: str, count: int) -> list[gateway_pb2.Instance]:
         if count == 0:
@@ -216,7 +253,10 @@ class Orchestrator:
                 reply = buffer.load_offline(stream_name, offline, kind)
                 self.event(run_id, "log", message=f"loaded {reply.loaded} offline samples ({reply.skipped} skipped)")
 
-    def _start_on(self, run: gateway_pb2.Run, instance: gateway_pb2.Instance, buffer_address: str) -> None:
+    def _start_on(
+        self, run: gateway_pb2.Run, instance: gateway_pb2.Instance, buffer_address: str, *, replacing: bool = False
+    ) -> None:
+        """StartRun on `instance`; a replacement continues the run's weight versions (a new stage starts at 0)."""
         config = self._config(run)
         request = explorer_pb2.StartRunRequest(
             run_id=run.id,
@@ -224,6 +264,7 @@ class Orchestrator:
             buffer_address=buffer_address,
             gateway_address=self.address,
             stage=run.stage,
+            resume_model_version=self._newest_version(run) if replacing else 0,
         )
         with open_channel(instance.address) as channel:
             stub = _stub(instance.service, channel)
@@ -231,6 +272,14 @@ class Orchestrator:
         instance.run_id = run.id
         self.registry.save(instance)
         self.event(run.id, "log", message=f"{instance.service} {instance.instance_id} started")
+
+    def _newest_version(self, run: gateway_pb2.Run) -> int:
+        """The newest weight version the run has reported or announced (a trainer may die between the two)."""
+        try:
+            announced = self.sync_groups.get(run.id).announced_version
+        except NotFound:
+            announced = -1
+        return max(run.model_version, announced)
 
     # ---- completion ---------------------------------------------------------------------------------
 
@@ -311,76 +360,136 @@ class Orchestrator:
             except grpc.RpcError as err:
                 log.warning("run.stop_failed", instance=instance_id, error=err.details())
 
-    # ---- liveness -----------------------------------------------------------------------------------
+    # ---- liveness and healing ---------------------------------------------------------------------
 
     def start_monitor(self, interval: float = 0.5) -> None:
         self._spawn(self._monitor, interval)
-        for run in self.runs.all():  # resume after a gateway restart
-            if run.state == gateway_pb2.RUN_STATE_PENDING:
-                self._spawn(self._launch, run.id)
 
     def stop(self) -> None:
         self._stop.set()
+        self._launcher.shutdown(wait=False, cancel_futures=True)
 
     def _monitor(self, interval: float) -> None:
         while not self._stop.wait(interval):
             try:
                 for instance in self.registry.sweep():
-                    self._on_instance_lost(instance)
-                self._rejoin_replacements()
+                    self._on_instance_lost(instance, "no heartbeat")
+                self._recover()
+                self._schedule_pending()
             except Exception:
                 log.exception("monitor.sweep_failed")
 
-    def _on_instance_lost(self, instance: gateway_pb2.Instance) -> None:
-        """A dead explorer's tasks go back to the queue and the sync group is re-formed."""
-        log.warning("instance.lost", instance=instance.instance_id, service=instance.service)
-        for run in self.runs.all():
-            if run.state in TERMINAL or instance.instance_id not in run.assignments:
-                continue
-            self.event(run.id, "log", message=f"{instance.service} {instance.instance_id} lost (no heartbeat)")
-            buffers = self.registry.alive("buffer")
-            if buffers and instance.service == ROLE_EXPLORER:
-                with BufferClient(buffers[0].address) as buffer:
-                    released = buffer.release_tasks(instance.instance_id)
-                self.event(run.id, "log", message=f"re-leased {released} task(s) of {instance.instance_id}")
-            group = self.sync_groups.close(run.id, 0)
-            if group is not None:
-                self.event(run.id, "weights", message=f"sync group generation {group.generation} closed")
-            if instance.service == ROLE_TRAINER:
-                self._spawn(self._fail, run.id, f"trainer {instance.instance_id} lost")
+    def on_registered(self, previous: gateway_pb2.Instance | None) -> None:
+        """A new process registered under a known instance id: the incarnation it replaced is lost."""
+        if previous is not None and previous.alive:
+            self._spawn(self._on_instance_lost, previous, "its process was replaced")
 
-    def _rejoin_replacements(self) -> None:
-        """A run that lost an explorer takes a free live one (a restarted explorer registers anew)."""
+    def _on_instance_lost(self, instance: gateway_pb2.Instance, why: str) -> None:
+        log.warning("instance.lost", instance=instance.instance_id, service=instance.service, why=why)
         for run in self.runs.all():
-            if run.state != RUNNING:
+            if run.state not in TERMINAL and instance.instance_id in run.assignments:
+                self._lose(run.id, instance.instance_id, why)
+
+    def _lose(self, run_id: str, instance_id: str, why: str) -> None:
+        """Take a lost instance's work back (leased tasks, the batch it read) and wait for a replacement."""
+        with self._lock:
+            run = self.runs.get(run_id)
+            role = run.assignments.get(instance_id)
+            if run.state in TERMINAL or role is None or instance_id in run.finished or instance_id in run.lost_unix_ms:
+                return
+            run.lost_unix_ms[instance_id] = now_ms()
+            self.runs.save(run)
+        self.event(run_id, "log", message=f"{role} {instance_id} lost ({why})")
+        try:
+            self._hand_back(run, instance_id, role)
+        except grpc.RpcError as err:  # the buffer is down too: the replacement reclaims them itself
+            log.warning("run.hand_back_failed", run_id=run_id, instance=instance_id, error=one_line(err))
+        group = self.sync_groups.close(run_id, 0)
+        if group is not None:
+            self.event(run_id, "weights", message=f"sync group generation {group.generation} closed")
+
+    def _hand_back(self, run: gateway_pb2.Run, instance_id: str, role: str) -> None:
+        buffers = self.registry.alive("buffer")
+        if not buffers:
+            return
+        with BufferClient(buffers[0].address) as buffer:
+            if role == ROLE_EXPLORER:
+                released = buffer.release_tasks(instance_id)
+                self.event(run.id, "log", message=f"re-leased {released} task(s) of {instance_id}")
+            else:
+                stream = naming.experience_stream(run.id, run.stage, self._config(run).buffer.experience_stream.name)
+                requeued = buffer.nack(stream, instance_id, all_pending=True)
+                self.event(run.id, "log", message=f"handed back {requeued} untrained experience(s) of {instance_id}")
+
+    def _recover(self) -> None:
+        """Give each lost assignment of a running run a replacement, or fail the run past the deadline."""
+        for run in self.runs.all():
+            if run.state != RUNNING or not run.lost_unix_ms:
                 continue
-            lost = [
-                i
-                for i, role in run.assignments.items()
-                if role == ROLE_EXPLORER and i not in run.finished and not _alive(self.registry.get(i))
-            ]
-            if not lost:
-                continue
-            busy = self._busy_instances(exclude_run="")
-            free = [i for i in self.registry.alive(ROLE_EXPLORER) if i.instance_id not in busy]
-            buffers = self.registry.alive("buffer")
-            for old, new in zip(lost, free, strict=False):
-                with self._lock:
-                    current = self.runs.get(run.id)
-                    del current.assignments[old]
-                    current.assignments[new.instance_id] = ROLE_EXPLORER
-                    self.runs.save(current)
-                self.event(run.id, "log", message=f"explorer {new.instance_id} replaces {old}")
-                if buffers:
-                    self._start_on(current, new, buffers[0].address)
+            for old, lost_ms in sorted(run.lost_unix_ms.items()):
+                role = run.assignments[old]
+                if role == ROLE_EXPLORER and self._training_done(run):
+                    self._retire(run.id, old)  # nothing left for it to explore
+                    continue
+                replacement = self._replacement_for(old, role)
+                if replacement is not None:
+                    self._replace(run.id, old, replacement)
+                elif now_ms() - lost_ms > self.recovery_seconds * 1000:
+                    self._fail(run.id, f"{role} {old} lost and not replaced within {self.recovery_seconds:.0f}s")
+                    break
+
+    def _replacement_for(self, old: str, role: str) -> gateway_pb2.Instance | None:
+        """The same instance id back (a restarted process), else a free live instance of the service."""
+        same = self.registry.get(old)
+        if same is not None and same.alive:
+            return same
+        busy = self._busy_instances(exclude_run="")
+        return next((i for i in self.registry.alive(role) if i.instance_id not in busy), None)
+
+    def _replace(self, run_id: str, old: str, new: gateway_pb2.Instance) -> None:
+        buffers = self.registry.alive("buffer")
+        if not buffers:
+            return  # the buffer is restarting: try again on the next sweep
+        with self._lock:
+            run = self.runs.get(run_id)
+            role = run.assignments[old]
+            del run.lost_unix_ms[old]
+            del run.assignments[old]
+            run.assignments[new.instance_id] = role
+            self.runs.save(run)
+        how = "restarted" if new.instance_id == old else f"replaces {old}"
+        self.event(run_id, "log", message=f"{role} {new.instance_id} {how}")
+        try:
+            self._start_on(run, new, buffers[0].address, replacing=True)
+        except grpc.RpcError as err:
+            with self._lock:  # not started after all: lost again, the deadline still counting from before
+                run = self.runs.get(run_id)
+                run.lost_unix_ms[new.instance_id] = now_ms()
+                self.runs.save(run)
+            log.warning("run.replace_failed", run_id=run_id, instance=new.instance_id, error=one_line(err))
+            return
+        explorers = [i for i, r in run.assignments.items() if r == ROLE_EXPLORER]
+        if role == ROLE_TRAINER and explorers and all(e in run.finished for e in explorers):
+            self._call_stop([new.instance_id], explorer_pb2.STOP_REASON_INPUT_EXHAUSTED, run_id)
+
+    def _training_done(self, run: gateway_pb2.Run) -> bool:
+        trainers = [i for i, r in run.assignments.items() if r == ROLE_TRAINER]
+        return bool(trainers) and all(t in run.finished for t in trainers)
+
+    def _retire(self, run_id: str, instance_id: str) -> None:
+        """Drop a lost explorer that is no longer needed, then see whether the stage is complete."""
+        with self._lock:
+            run = self.runs.get(run_id)
+            del run.lost_unix_ms[instance_id]
+            del run.assignments[instance_id]
+            self.runs.save(run)
+        self.event(run_id, "log", message=f"explorer {instance_id} not replaced: training has finished")
+        if all(i in run.finished for i in run.assignments):
+            self._next_stage_or_succeed(run_id)
 
     def _spawn(self, fn: Callable, *args: object) -> None:
         thread = threading.Thread(target=fn, args=args, daemon=True)
         thread.start()
-
-
-def _alive(instance: gateway_pb2.Instance | None) -> bool:
-    return instance is not None and instance.alive
 
 
 def _stub(service: str, channel: grpc.Channel):

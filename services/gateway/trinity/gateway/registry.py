@@ -12,15 +12,22 @@ from trinity.v1 import gateway_pb2
 
 
 class InstanceRegistry:
-    def __init__(self, client: redis.Redis, heartbeat_interval: float = 1.0, missed_beats: int = 5) -> None:
+    def __init__(self, client: redis.Redis, heartbeat_interval: float = 1.0, liveness_seconds: float = 30.0) -> None:
         self.client = client
         self.heartbeat_interval = heartbeat_interval
-        self.dead_after_ms = int(heartbeat_interval * missed_beats * 1000)
+        self.dead_after_ms = int(liveness_seconds * 1000)
+        # Silence while this gateway was down is not the instances' fault: their window starts here at the latest.
+        self.started_ms = now_ms()
 
-    def register(self, instance: gateway_pb2.Instance) -> None:
+    def register(self, instance: gateway_pb2.Instance) -> gateway_pb2.Instance | None:
+        """Record `instance` as alive; returns the incarnation it replaces when a new process took over the
+        id (a supervisor restarted it faster than the liveness window could notice), else None."""
+        previous = self.get(instance.instance_id)
         instance.alive = True
         instance.last_heartbeat_unix_ms = now_ms()
         self.client.hset(keys.INSTANCES, instance.instance_id, instance.SerializeToString())
+        replaced = previous is not None and previous.started_unix_ms != instance.started_unix_ms
+        return previous if replaced else None
 
     def heartbeat(self, instance_id: str, run_id: str = "") -> bool:
         instance = self.get(instance_id)
@@ -52,7 +59,7 @@ class InstanceRegistry:
         deadline = now_ms() - self.dead_after_ms
         newly_dead = []
         for instance in self.instances():
-            if instance.alive and instance.last_heartbeat_unix_ms < deadline:
+            if instance.alive and max(instance.last_heartbeat_unix_ms, self.started_ms) < deadline:
                 instance.alive = False
                 self.save(instance)
                 newly_dead.append(instance)

@@ -2,30 +2,96 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import AsyncIterator
 from typing import cast
 
 import redis
+import redis.asyncio
 
 from trinity.gateway import keys
 from trinity.gateway.metrics import EVENTS
 from trinity.runtime.errors import NotFound
 from trinity.v1 import gateway_pb2
 
+EVENT_ID_TTL_S = 24 * 3600  # far longer than any client retries a report
+
 TERMINAL = {gateway_pb2.RUN_STATE_SUCCEEDED, gateway_pb2.RUN_STATE_FAILED, gateway_pb2.RUN_STATE_CANCELLED}
+# A run's watchers wait this long for the next event before the run's state is looked at, and the short one once
+# an event said the run is over: they end after that much quiet.
+WATCH_IDLE_MS, WATCH_TAIL_MS = 5_000, 500
+FEED_EVENTS = 1000  # the newest events of a watched run kept in memory for its watchers
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _decode_run(run_id: str, raw: bytes | None) -> gateway_pb2.Run:
+    if raw is None:
+        raise NotFound(f"run {run_id!r} does not exist")
+    return gateway_pb2.Run.FromString(raw)
+
+
+def _later(seq: str, than: str) -> bool:
+    """Whether stream entry id `seq` comes after `than` ("0" is before every entry)."""
+
+    def key(entry_id: str) -> tuple[int, int]:
+        ms, _, n = entry_id.partition("-")
+        return int(ms or 0), int(n or 0)
+
+    return key(seq) > key(than)
+
+
+class _Feed:
+    """A run's events as they arrive, read once for every watcher of the run in this process.
+
+    `recent` holds the newest FEED_EVENTS events; `start` is the id just before the oldest of them, so a watcher
+    at or after `start` finds every newer event here, and one further behind reads Redis itself.
+    """
+
+    def __init__(self, start: str) -> None:
+        self.start = start
+        self.recent: deque[gateway_pb2.RunEvent] = deque()
+        self.over = False
+        self.error: Exception | None = None
+        self.changed = asyncio.Condition()
+        self.watchers = 0
+        self.reader: asyncio.Task[None]
+
+    @property
+    def last(self) -> str:
+        return self.recent[-1].seq if self.recent else self.start
+
+    async def publish(self, events: list[gateway_pb2.RunEvent], *, over: bool = False) -> None:
+        self.recent.extend(events)
+        while len(self.recent) > FEED_EVENTS:
+            self.start = self.recent.popleft().seq
+        self.over = over
+        async with self.changed:
+            self.changed.notify_all()
+
+    async def fail(self, error: Exception) -> None:
+        self.error = error
+        async with self.changed:
+            self.changed.notify_all()
+
+    async def wait_past(self, position: str) -> None:
+        """Until there is an event after `position`, or the run is over, or reading it failed."""
+        async with self.changed:
+            await self.changed.wait_for(lambda: self.over or self.error is not None or _later(self.last, position))
+
+
 class RunStore:
     """The client does not decode replies (they are bytes); the casts below say so to the type checker."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis, waits: redis.asyncio.Redis) -> None:
         self.client = client
+        self.waits = waits  # for watchers, on the server's loop
+        self._feeds: dict[str, _Feed] = {}  # run id -> the feed its watchers share (touched on the loop only)
 
     def create(self, name: str, config_json: str, run_id: str = "") -> gateway_pb2.Run:
         run_id = run_id or f"{name}-{uuid.uuid4().hex[:8]}"
@@ -47,10 +113,7 @@ class RunStore:
         return run
 
     def get(self, run_id: str) -> gateway_pb2.Run:
-        raw = cast("bytes | None", self.client.get(keys.run(run_id)))
-        if raw is None:
-            raise NotFound(f"run {run_id!r} does not exist")
-        return gateway_pb2.Run.FromString(raw)
+        return _decode_run(run_id, cast("bytes | None", self.client.get(keys.run(run_id))))
 
     def save(self, run: gateway_pb2.Run) -> None:
         run.updated_unix_ms = now_ms()
@@ -61,21 +124,98 @@ class RunStore:
         raws = cast("list[bytes | None]", self.client.mget([keys.run(i) for i in ids])) if ids else []
         return [gateway_pb2.Run.FromString(r) for r in raws if r is not None]
 
+    def append_once(self, event: gateway_pb2.RunEvent) -> tuple[str, bool]:
+        """Record a reported event unless its `event_id` was recorded already (the reporter retried after
+        a lost reply); returns its seq and whether it is new."""
+        if not event.event_id:
+            return self.append_event(event), True
+        key = keys.event_id(event.run_id, event.event_id)
+        known = cast("bytes | None", self.client.get(key))
+        if known is not None:
+            return known.decode(), False
+        seq = self.append_event(event)
+        self.client.set(key, seq, ex=EVENT_ID_TTL_S)
+        return seq, True
+
     def append_event(self, event: gateway_pb2.RunEvent) -> str:
         event.unix_ms = event.unix_ms or now_ms()
         seq = cast(bytes, self.client.xadd(keys.events(event.run_id), {"e": event.SerializeToString()}))
         EVENTS.labels(event.kind or "unknown").inc()
         return seq.decode()
 
-    def events(self, run_id: str, after: str = "0", block_ms: int = 1000) -> Iterator[gateway_pb2.RunEvent]:
-        """Events after `after`; waits up to block_ms for new ones; returns when none arrive."""
+    async def watch(self, run_id: str, after: str = "0") -> AsyncIterator[gateway_pb2.RunEvent]:
+        """Every event after `after`, as they come, until the run is over (NotFound for an unknown run).
+
+        On the server's loop, holding no thread however long the run. Watchers of one run share one reader
+        (`_Feed`): a new event costs Redis one read, however many watch.
+        """
+        await self._state(run_id)
+        newest = await self._newest(run_id)
+        feed = self._feeds.get(run_id)
+        if feed is None:  # (no await since the look-up: no second feed for the run)
+            feed = self._feeds[run_id] = _Feed(start=newest)
+            feed.reader = asyncio.create_task(self._follow(run_id, feed))
+        feed.watchers += 1
+        try:
+            while True:
+                await feed.wait_past(after)
+                if feed.error is not None:
+                    raise feed.error
+                if _later(feed.start, after):  # behind what the feed holds (history): catch up from Redis
+                    events = await self._events(run_id, after, block_ms=0)
+                else:
+                    events = [event for event in feed.recent if _later(event.seq, after)]
+                if not events:  # only once the feed is over and this watcher has had every event
+                    return
+                for event in events:
+                    after = event.seq
+                    yield event
+        finally:
+            feed.watchers -= 1
+            if feed.watchers == 0:
+                self._drop(run_id, feed)
+                feed.reader.cancel()
+
+    async def _follow(self, run_id: str, feed: _Feed) -> None:
+        """Read the run's events into `feed` until the run is over, or Redis fails."""
+        try:
+            hinted = False  # an event said the run is over: wait briefly for stragglers, then look
+            while not feed.over:
+                events = await self._events(run_id, feed.last, block_ms=WATCH_TAIL_MS if hinted else WATCH_IDLE_MS)
+                hinted = hinted or any(event.state in TERMINAL for event in events)
+                if events:
+                    await feed.publish(events)
+                elif await self._state(run_id) in TERMINAL:
+                    # Nothing new and the run is over: one last look closes the race with the final event.
+                    await feed.publish(await self._events(run_id, feed.last, block_ms=0), over=True)
+        except Exception as err:  # noqa: BLE001 - Redis down, most likely; the watchers must hear of it whatever
+            await feed.fail(err)
+        finally:
+            self._drop(run_id, feed)  # a later watcher starts a feed of its own
+
+    def _drop(self, run_id: str, feed: _Feed) -> None:
+        if self._feeds.get(run_id) is feed:
+            del self._feeds[run_id]
+
+    async def _newest(self, run_id: str) -> str:
+        """The id of the run's newest event, "0" before the first."""
+        rows = cast("list[tuple[bytes, dict]]", await self.waits.xrevrange(keys.events(run_id), count=1))
+        return rows[0][0].decode() if rows else "0"
+
+    async def _state(self, run_id: str) -> gateway_pb2.RunState:
+        return _decode_run(run_id, cast("bytes | None", await self.waits.get(keys.run(run_id)))).state
+
+    async def _events(self, run_id: str, after: str, block_ms: int) -> list[gateway_pb2.RunEvent]:
+        """Events after `after`; waits up to block_ms for the first one."""
         # BLOCK 0 would wait forever in Redis: a zero wait is a plain, non-blocking read.
         reply = cast(
             "list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]] | None",
-            self.client.xread({keys.events(run_id): after or "0"}, count=500, block=block_ms or None),
+            await self.waits.xread({keys.events(run_id): after or "0"}, count=500, block=block_ms or None),
         )
+        events = []
         for _stream, rows in reply or []:
             for seq, fields in rows:
                 event = gateway_pb2.RunEvent.FromString(fields[b"e"])
                 event.seq = seq.decode()
-                yield event
+                events.append(event)
+        return events

@@ -8,6 +8,7 @@ from trinity.gateway.registry import InstanceRegistry
 from trinity.gateway.runs import RunStore
 from trinity.gateway.service import GatewayServicer
 from trinity.gateway.sync_groups import SyncGroups
+from trinity.runtime.aio import connect_redis_async
 from trinity.runtime.redis_server import connect_redis
 from trinity.runtime.server import GrpcServer, ServiceRegistration, full_service_name
 from trinity.runtime.settings import ServiceSettings
@@ -21,10 +22,17 @@ def start_gateway(settings: ServiceSettings) -> GrpcServer:
         raise ValueError("the gateway keeps run state in Redis: set TRINITY_REDIS_URL or pass --redis-url")
     client = connect_redis(settings.redis_url)
     # The address services call back on is known once the server has bound its port.
-    runs = RunStore(client)
+    waits = connect_redis_async(settings.redis_url)
+    runs = RunStore(client, waits)
     export_runs(runs)
-    orchestrator = Orchestrator(runs, InstanceRegistry(client), SyncGroups(client), address="")
-    servicer = GatewayServicer(orchestrator, settings.instance_id)
+    orchestrator = Orchestrator(
+        runs,
+        InstanceRegistry(client, liveness_seconds=settings.liveness_seconds),
+        SyncGroups(client),
+        address="",
+        recovery_seconds=settings.recovery_seconds,
+    )
+    servicer = GatewayServicer(orchestrator, settings.instance_id, max_active_runs=settings.max_active_runs)
 
     def shutdown() -> None:
         orchestrator.stop()
@@ -34,6 +42,7 @@ def start_gateway(settings: ServiceSettings) -> GrpcServer:
         add_to_server=lambda server: gateway_pb2_grpc.add_GatewayServiceServicer_to_server(servicer, server),
         service_names=[SERVICE_NAME],
         on_shutdown=shutdown,
+        on_shutdown_async=waits.aclose,
     )
     server = GrpcServer(settings, registration)
     orchestrator.address = settings.advertised_address(server.port)

@@ -2,35 +2,72 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
+import redis
 
+from trinity.config.base import NAME_PATTERN
 from trinity.gateway.orchestrator import Orchestrator
 from trinity.gateway.registry import InstanceRegistry
 from trinity.gateway.runs import TERMINAL, RunStore
 from trinity.gateway.sync_groups import SyncGroups
-from trinity.runtime.errors import InvalidArgument, grpc_errors, require
+from trinity.runtime.aio import MAX_WAITS
+from trinity.runtime.errors import (
+    InvalidArgument,
+    ResourceExhausted,
+    ServiceError,
+    at_most,
+    bounded,
+    grpc_errors,
+    require,
+)
+from trinity.runtime.limits import MAX_ACTIVE_RUNS, MAX_CONFIG_BYTES, MAX_PATH_CHARS, MAX_TEXT_CHARS
 from trinity.runtime.status import service_status
 from trinity.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
 SERVICES = ("buffer", "explorer", "trainer")
+EVENT_SEQ = re.compile(r"\d{1,20}(-\d{1,20})?")  # a Redis stream entry id, as RunEvent.seq carries it
+
+
+def _check_event(event: gateway_pb2.RunEvent) -> None:
+    require(event.run_id, "event.run_id")
+    require(event.kind, "event.kind")
+    bounded(event.source, "event.source")
+    bounded(event.seq, "event.seq")
+    bounded(event.message, "event.message", MAX_TEXT_CHARS)
+    bounded(event.final_model_path, "event.final_model_path", MAX_PATH_CHARS)
+    at_most(event.metrics, "event.metrics")
+    for name in event.metrics:
+        bounded(name, "event.metrics")
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
-    def __init__(self, orchestrator: Orchestrator, instance_id: str) -> None:
+    def __init__(self, orchestrator: Orchestrator, instance_id: str, max_active_runs: int = MAX_ACTIVE_RUNS) -> None:
         self.orchestrator = orchestrator
         self.runs: RunStore = orchestrator.runs
         self.registry: InstanceRegistry = orchestrator.registry
         self.sync: SyncGroups = orchestrator.sync_groups
         self.instance_id = instance_id
+        self.max_active_runs = max_active_runs
 
     # ---- runs ----------------------------------------------------------------------------------------
 
     @grpc_errors
     def CreateRun(self, request: gateway_pb2.CreateRunRequest, context: grpc.ServicerContext) -> Any:
-        return self.orchestrator.create_run(require(request.config_yaml, "config_yaml"), request.run_id)
+        config_text = require(request.config_yaml, "config_yaml", MAX_CONFIG_BYTES)
+        if request.run_id and not NAME_PATTERN.match(request.run_id):
+            raise InvalidArgument("run_id", "letters, digits, '_', '.', '-' (at most 128 characters), or empty")
+        # Each run that has not ended waits for services in a thread of its own: their number is bounded.
+        active = sum(run.state not in TERMINAL for run in self.runs.all())
+        if active >= self.max_active_runs:
+            raise ResourceExhausted(
+                f"{active} runs are pending or running, the gateway's limit (TRINITY_MAX_ACTIVE_RUNS); "
+                "wait for one to end or cancel one (trinity runs cancel <id>)"
+            )
+        return self.orchestrator.create_run(config_text, request.run_id)
 
     @grpc_errors
     def GetRun(self, request: gateway_pb2.GetRunRequest, context: grpc.ServicerContext) -> Any:
@@ -42,33 +79,31 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
 
     @grpc_errors
     def CancelRun(self, request: gateway_pb2.CancelRunRequest, context: grpc.ServicerContext) -> Any:
-        return self.orchestrator.cancel(require(request.run_id, "run_id"), request.reason or "cancelled by user")
+        reason = bounded(request.reason, "reason", MAX_TEXT_CHARS) or "cancelled by user"
+        return self.orchestrator.cancel(require(request.run_id, "run_id"), reason)
 
-    def WatchRun(self, request: gateway_pb2.WatchRunRequest, context: grpc.ServicerContext) -> Iterator[Any]:
-        if not request.run_id:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "run_id: must be set")
+    async def WatchRun(
+        self, request: gateway_pb2.WatchRunRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[Any]:
+        """A coroutine on the server's loop: a watcher holds no thread however long the run (RunStore.watch),
+        and a cancelled one is dropped at once."""
         try:
-            self.runs.get(request.run_id)
-        except Exception as err:  # noqa: BLE001 - NotFound, or Redis down: the watch cannot start
-            context.abort(grpc.StatusCode.NOT_FOUND, str(err))
-        after = request.after_seq or "0"
-        while context.is_active():
-            saw_any = False
-            for event in self.runs.events(request.run_id, after, block_ms=500):
-                saw_any = True
-                after = event.seq
+            if not EVENT_SEQ.fullmatch(request.after_seq or "0"):
+                raise InvalidArgument("after_seq", "not an event's seq like 1700000000000-0 (RunEvent.seq)")
+            async for event in self.runs.watch(require(request.run_id, "run_id"), request.after_seq or "0"):
                 yield event
-            if not saw_any and self.runs.get(request.run_id).state in TERMINAL:
-                # Nothing new and the run is over: one last look closes the race with the final event.
-                tail = list(self.runs.events(request.run_id, after, block_ms=0))
-                yield from tail
-                return
+        except ServiceError as err:  # no run, or a bad request
+            await context.abort(err.code, str(err))
+        except redis.MaxConnectionsError:
+            message = f"{MAX_WAITS} calls already wait here: close some watches, or spread them over more gateways"
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
+        except (redis.ConnectionError, redis.TimeoutError) as err:  # the SDK watches on after UNAVAILABLE
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"redis unavailable: {err}")
 
     @grpc_errors
     def ReportEvent(self, request: gateway_pb2.ReportEventRequest, context: grpc.ServicerContext) -> Any:
         event = request.event
-        require(event.run_id, "event.run_id")
-        require(event.kind, "event.kind")
+        _check_event(event)
         seq, active = self.orchestrator.report(event)
         return gateway_pb2.ReportEventResponse(seq=seq, run_active=active)
 
@@ -79,19 +114,20 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         instance = request.instance
         require(instance.instance_id, "instance.instance_id")
         require(instance.address, "instance.address")
+        bounded(instance.run_id, "instance.run_id")
         if instance.service not in SERVICES:
             raise InvalidArgument("instance.service", f"unknown {instance.service!r}; known: {', '.join(SERVICES)}")
-        self.registry.register(instance)
+        self.orchestrator.on_registered(self.registry.register(instance))
         return gateway_pb2.RegisterResponse(heartbeat_interval_seconds=self.registry.heartbeat_interval)
 
     @grpc_errors
     def Heartbeat(self, request: gateway_pb2.HeartbeatRequest, context: grpc.ServicerContext) -> Any:
-        known = self.registry.heartbeat(require(request.instance_id, "instance_id"), request.run_id)
+        known = self.registry.heartbeat(require(request.instance_id, "instance_id"), bounded(request.run_id, "run_id"))
         return gateway_pb2.HeartbeatResponse(known=known)
 
     @grpc_errors
     def ListInstances(self, request: gateway_pb2.ListInstancesRequest, context: grpc.ServicerContext) -> Any:
-        return gateway_pb2.ListInstancesResponse(instances=self.registry.instances(request.service))
+        return gateway_pb2.ListInstancesResponse(instances=self.registry.instances(bounded(request.service, "service")))
 
     # ---- sync groups ---------------------------------------------------------------------------------
 
@@ -121,6 +157,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
 
     @grpc_errors
     def ReportSyncFailure(self, request: gateway_pb2.ReportSyncFailureRequest, context: grpc.ServicerContext) -> Any:
+        bounded(request.instance_id, "instance_id")
+        bounded(request.error, "error", MAX_TEXT_CHARS)
         group = self.sync.close(require(request.run_id, "run_id"), request.generation)
         self.orchestrator.event(
             request.run_id,

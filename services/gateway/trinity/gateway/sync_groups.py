@@ -14,7 +14,8 @@ import redis
 from trinity.config.sync import SyncMethod
 from trinity.gateway import keys
 from trinity.gateway.metrics import SYNC_GROUPS_FORMED
-from trinity.runtime.errors import FailedPrecondition, InvalidArgument, NotFound
+from trinity.runtime.errors import FailedPrecondition, InvalidArgument, NotFound, bounded, in_range
+from trinity.runtime.limits import MAX_BUCKET_MB, MAX_PATH_CHARS, MAX_SYNC_TIMEOUT_SECONDS, MAX_SYNC_WORKERS
 from trinity.v1 import gateway_pb2
 
 METHODS: tuple[str, ...] = get_args(SyncMethod)
@@ -47,16 +48,21 @@ class SyncGroups:
         self.client.set(keys.sync_group(group.run_id), group.SerializeToString())
 
     def open(self, request: gateway_pb2.OpenSyncGroupRequest) -> gateway_pb2.SyncGroup:
-        if request.explorer_workers < 1:
-            raise InvalidArgument("explorer_workers", "must be >= 1")
+        # world_size = explorer_workers + 1 is an int32 too: 2**31 - 1 workers would overflow it.
+        if not 1 <= request.explorer_workers <= MAX_SYNC_WORKERS:
+            raise InvalidArgument("explorer_workers", f"must be between 1 and {MAX_SYNC_WORKERS}")
         if request.backend not in METHODS:
             raise InvalidArgument("backend", f"must be one of {', '.join(METHODS)} (synchronizer.method)")
-        if request.backend != "checkpoint" and not (request.host and request.port > 0):
-            raise InvalidArgument("port", "the trainer must reserve a rendezvous host and port first")
+        bounded(request.host, "host")
+        bounded(request.checkpoint_dir, "checkpoint_dir", MAX_PATH_CHARS)
+        if request.backend != "checkpoint" and not (request.host and 0 < request.port <= 65535):
+            raise InvalidArgument("port", "the trainer must reserve a rendezvous host and port (1-65535) first")
         # The trainer sends its synchronizer section; the defaults live there, not here.
-        for field in ("timeout_seconds", "bucket_mb"):
-            if getattr(request, field) <= 0:
+        for field, most in (("timeout_seconds", MAX_SYNC_TIMEOUT_SECONDS), ("bucket_mb", MAX_BUCKET_MB)):
+            value = getattr(request, field)
+            if not value > 0:  # NaN too
                 raise InvalidArgument(field, f"must be > 0 (synchronizer.{field})")
+            in_range(value, f"{field} (synchronizer.{field})", 0, most)
         with self.client.lock(keys.lock(request.run_id), timeout=10, blocking_timeout=10):
             raw = self._raw(keys.sync_group(request.run_id))
             generation = gateway_pb2.SyncGroup.FromString(raw).generation + 1 if raw else 1

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Protocol, TypeVar, runtime_checkable
 
 import torch
+from pydantic import BaseModel
 
 from trinity.config import RunConfig
 from trinity.registry import Registry
@@ -37,6 +38,10 @@ class TrainerBackend(Protocol):
 
     def load_checkpoint(self, path: str | Path) -> None: ...
 
+    def continue_versions_after(self, version: int) -> None:
+        """See `TrainState.continue_versions_after`."""
+        ...
+
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Hugging-Face-named full weights of the policy (LoRA merged), for weight sync."""
         ...
@@ -56,14 +61,15 @@ def build_backend(config: RunConfig, checkpoint_dir: Path | None = None) -> Trai
     return BACKENDS.get(config.trainer.backend)(config, checkpoint_dir)
 
 
-Section = TypeVar("Section")
+Section = TypeVar("Section", bound=BaseModel)
 
 
 def backend_section(config: RunConfig, section: type[Section], name: str, checkpoint_dir: Path | None) -> Section:
-    """`config.trainer` as the section `name` reads, refusing a config meant for another backend."""
+    """`config.trainer` as the section `name` reads, refusing a config meant for another backend; without a
+    checkpoint directory (a backend used as a library) there are no periodic checkpoints."""
     trainer = config.trainer
     if not isinstance(trainer, section):
         raise ValueError(f"{name} cannot train a config with trainer.backend {trainer.backend!r}")
-    if trainer.save_interval and checkpoint_dir is None:
-        raise ValueError("trainer.save_interval needs a checkpoint directory")
+    if checkpoint_dir is None:
+        return trainer.model_copy(update={"save_interval": 0})
     return trainer

@@ -34,6 +34,12 @@ class TrainState:
     model_version: int = 0
     consumed_ids: list[str] = field(default_factory=list)
 
+    def continue_versions_after(self, version: int) -> int:
+        """Number the next weights after `version`: a resumed trainer whose predecessor published versions
+        beyond its last checkpoint keeps the run's version sequence increasing."""
+        self.model_version = max(self.model_version, version)
+        return self.model_version
+
 
 def _rng_state(generator: torch.Generator) -> dict[str, Any]:
     return {

@@ -3,6 +3,12 @@
 Commit before acknowledge: with checkpoints enabled (`save_interval`), a batch's entries are
 acknowledged only after a checkpoint that contains its update is on disk, so a crash in between
 redelivers them and the checkpoint's consumed ids decide whether they were already trained.
+
+A replacement trainer resumes from the newest checkpoint, takes back what its predecessor held
+unacknowledged (the gateway hands it back; the same instance id restarted takes its own), and numbers
+its weights after the newest version the run has seen. SIGTERM drains: the step in progress finishes,
+a checkpoint is written, what was read but not trained goes back to the stream, and the trainer reports
+`leaving` (never `finished`), so the gateway hands the run to a replacement at once.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from trinity.clients import BufferClient, GatewayClient
 from trinity.clients.gateway import RunReporter
 from trinity.config import RunConfig, naming
 from trinity.models import resolve_model_path
+from trinity.runtime.errors import one_line
 from trinity.runtime.logging import get_logger
 from trinity.runtime.run_host import ReportingRunner
 from trinity.trainer.backend import TrainerBackend, build_backend
@@ -49,6 +56,7 @@ class TrainerRunner(ReportingRunner):
         buffer_address: str,
         gateway_address: str,
         advertise_host: str,
+        resume_model_version: int = 0,
     ) -> None:
         self.run_id = run_id
         self.stage = stage
@@ -58,11 +66,13 @@ class TrainerRunner(ReportingRunner):
         self.gateway = GatewayClient(gateway_address, timeout=30)
         self.reporter = RunReporter(self.gateway, run_id, f"trainer/{instance_id}", stage)
         self.advertise_host = advertise_host
+        self.resume_model_version = resume_model_version
         self.backend: TrainerBackend | None = None
         self.publisher: WeightPublisher | None = None
         self.state = "starting"
         self._stop = threading.Event()
         self._drain = threading.Event()
+        self._leaving = False  # stopping because this process shuts down: the run goes on elsewhere
         self._unacked: list[str] = []
         self._thread = threading.Thread(target=self._main, name=f"trainer-{run_id}", daemon=True)
         self.stage_dir = run_dir(config, run_id) / f"stage{stage}"
@@ -79,6 +89,7 @@ class TrainerRunner(ReportingRunner):
         if reason == explorer_pb2.STOP_REASON_INPUT_EXHAUSTED:
             self._drain.set()
         else:
+            self._leaving = reason == explorer_pb2.STOP_REASON_SHUTDOWN
             self._stop.set()
 
     def join(self, timeout: float | None = None) -> None:
@@ -97,21 +108,26 @@ class TrainerRunner(ReportingRunner):
     def _main(self) -> None:
         try:
             final = self._run()
-            self.state = "finished"
-            self._report("finished", message=f"final model: {final}", final_model_path=str(final))
+            if final is None:
+                self.state = "stopped"
+                self._report("leaving", message=f"trainer shutting down; checkpoint at step {self.step}")
+            else:
+                self.state = "finished"
+                self._report("finished", message=f"final model: {final}", final_model_path=str(final))
         except FormingStopped as stopped:  # the run ended elsewhere; it has reported why
             log.info("trainer.stopped", run_id=self.run_id, detail=str(stopped))
             self.state = "stopped"
         except Exception as err:
             log.exception("trainer.failed", run_id=self.run_id)
             self.state = "failed"
-            self._report("error", message=f"{type(err).__name__}: {err}")
+            self._report("error", message=one_line(err))
         finally:
             if self.publisher is not None:
                 self.publisher.close()
             self.buffer.close()
 
-    def _run(self) -> Path:
+    def _run(self) -> Path | None:
+        """Train to the end and export the final model; None when stopped by a shutdown (checkpointed)."""
         cfg = self.config
         threads = cfg.trainer.threads or int(os.environ.get("TRINITY_TRAINER_THREADS", "0"))
         if threads:
@@ -120,6 +136,8 @@ class TrainerRunner(ReportingRunner):
             torch.set_num_threads(threads)
         backend = self.backend = build_backend(with_model_dir(cfg), self.stage_dir / "checkpoints")
         self._resume(backend)
+        # The same instance id restarted: what this consumer held when it died is ours to train again.
+        self.buffer.nack(self.stream, self.instance_id, all_pending=True)
         self.state = "running"
         if cfg.mode == "both":
             self.publisher = WeightPublisher(
@@ -154,8 +172,9 @@ class TrainerRunner(ReportingRunner):
             record_step(metrics)
             self._report("train", step=self.step, metrics=metrics)
         self._commit(backend, [], checkpoint=True)  # the final state is a checkpoint too: resume continues from it
-        final = backend.save_hf(self.stage_dir / "final")
-        return final
+        if self._leaving:
+            return None
+        return backend.save_hf(self.stage_dir / "final")
 
     def _resume(self, backend: TrainerBackend) -> None:
         from trinity.trainer import checkpoint as ckpt
@@ -164,9 +183,12 @@ class TrainerRunner(ReportingRunner):
         try:
             path = ckpt.resolve(root)
         except FileNotFoundError:
-            return
-        backend.load_checkpoint(path)
-        self._report("log", message=f"resumed from {path} at step {self.step}")
+            path = None
+        if path is not None:
+            backend.load_checkpoint(path)
+        backend.continue_versions_after(self.resume_model_version)
+        if path is not None:
+            self._report("log", message=f"resumed from {path} at step {self.step}, version {self.model_version}")
 
     def _read_batch(self, backend: TrainerBackend) -> tuple[list[str], list[common_pb2.Experience], int] | None:
         """Exactly one train batch, or what is left when draining; None when there is nothing more."""
@@ -189,6 +211,8 @@ class TrainerRunner(ReportingRunner):
                 self.publisher.reform(self.model_version, backend.named_weights)
             if not got.experiences and self._drain.is_set():
                 break
+        if self._stop.is_set() and entry_ids:
+            self.buffer.nack(self.stream, self.instance_id, entry_ids)  # read, not trained: back to the stream
         if self._stop.is_set() or not experiences:
             return None
         return entry_ids, experiences, dropped

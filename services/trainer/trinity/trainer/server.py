@@ -37,6 +37,7 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
             buffer_address=request.buffer_address,
             gateway_address=request.gateway_address,
             advertise_host=self.settings.advertised_address(self.port).rpartition(":")[0],
+            resume_model_version=request.resume_model_version,
         )
 
     @grpc_errors

@@ -134,6 +134,9 @@ class TorchBackend(PolicyForward):
         )
         self._consumed = set(self.state.consumed_ids)
 
+    def continue_versions_after(self, version: int) -> None:
+        self.state.continue_versions_after(version)
+
     # ----------------------------------------------------------------------------- forward passes
     def logprobs(self, batch: TokenBatch, *, with_entropy: bool | str = False) -> tuple[torch.Tensor, torch.Tensor]:
         return self._token_logprobs(self.policy, batch, with_entropy)

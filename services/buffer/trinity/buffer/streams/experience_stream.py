@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TypedDict, cast
 
 import redis
+import redis.asyncio
 
 from trinity.buffer.keys import STREAMS, StreamKeys
 from trinity.buffer.operators import OperatorContext, apply_operators
@@ -201,22 +202,26 @@ class ExperienceStream:
 
     # ---- read ------------------------------------------------------------------------------------
 
-    def read(self, consumer: str, batch_size: int, block_ms: int = 0, min_model_version: int = 0) -> ReadResult:
-        """Reclaimed entries first, then new ones; if none and `block_ms` > 0, wait for an append."""
+    def read(self, consumer: str, batch_size: int, min_model_version: int = 0) -> ReadResult:
+        """Reclaimed entries first, then new ones; never waits (a long poll waits with `wait_for_append`)."""
         if self.config.priority_replay.enabled:
             return self._read_replay(batch_size, min_model_version)
-        result = self._read_once(consumer, batch_size, min_model_version)
-        # Wait for anything after the group's last-delivered id: exactly what the group has not consumed.
-        if (
-            not result.entries
-            and block_ms > 0
-            and self.client.xread({self.keys.stream: self._last_delivered_id()}, count=1, block=block_ms)
-        ):
-            again = self._read_once(consumer, batch_size, min_model_version)
-            again.dropped_stale += result.dropped_stale
-            again.dead_lettered += result.dead_lettered
-            return again
-        return result
+        return self._read_once(consumer, batch_size, min_model_version)
+
+    async def wait_for_append(self, client: redis.asyncio.Redis, block_ms: int) -> bool:
+        """Wait up to `block_ms` for an entry the group has not consumed; True when one is there.
+
+        Asynchronous, so that a waiting read holds no thread; call it after a `read` that found nothing: an
+        entry appended since is after the group's last-delivered id, and is found at once. A priority-replay
+        stream is read by sampling, not through the group, and is never waited for.
+        """
+        if self.config.priority_replay.enabled:
+            return False
+        last_delivered = "0-0"
+        for group in await client.xinfo_groups(self.keys.stream):
+            if _text(group["name"]) == self.config.group:
+                last_delivered = _text(group["last-delivered-id"])
+        return bool(await client.xread({self.keys.stream: last_delivered}, count=1, block=block_ms))
 
     def _read_once(self, consumer: str, batch_size: int, min_model_version: int) -> ReadResult:
         """RECLAIM (ids only), XREADGROUP and the delivered counter, in one MULTI: one round trip.
@@ -337,6 +342,19 @@ class ExperienceStream:
         )
         return len(claimed)
 
+    def pending_of(self, consumer: str, page: int = 1000) -> list[str]:
+        """Every entry id delivered to `consumer` and not yet acknowledged (its pending entries list)."""
+        ids: list[str] = []
+        start = "-"
+        while True:
+            rows = self.client.xpending_range(
+                self.keys.stream, self.config.group, min=start, max="+", count=page, consumername=consumer
+            )
+            ids += [_text(cast(bytes, row["message_id"])) for row in rows]
+            if len(rows) < page:
+                return ids
+            start = _next_id(ids[-1])
+
     # ---- maintenance and inspection ---------------------------------------------------------------
 
     def trim(self, keep: int | None = None) -> int:
@@ -354,12 +372,6 @@ class ExperienceStream:
         if safe is not None and _id_key(safe) < _id_key(cutoff):
             cutoff = safe
         return int(self.client.xtrim(self.keys.stream, minid=cutoff, approximate=False))
-
-    def _last_delivered_id(self) -> str:
-        for group in self.client.xinfo_groups(self.keys.stream):
-            if _text(group["name"]) == self.config.group:
-                return _text(group["last-delivered-id"])
-        return "0-0"
 
     def _oldest_unacknowledged(self) -> str | None:
         """The smallest entry id the group has not acknowledged: pending ones and undelivered ones."""

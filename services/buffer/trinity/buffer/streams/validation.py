@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from trinity.runtime.errors import InvalidArgument
+from trinity.runtime.limits import MAX_EXPERIENCE_TOKENS, MAX_ITEMS, MAX_NAME_CHARS
 from trinity.v1 import common_pb2
 
 MAX_ID_LENGTH = 256
 PER_TOKEN_FIELDS = ("logprobs", "action_mask", "token_rewards", "teacher_logprobs")
+NAME_FIELDS = ("run_id", "taskset", "task_id", "group_id", "episode_id", "state_key", "finish_reason")
+MAP_FIELDS = ("reward_components", "metrics", "info")
 
 
 def validate_experiences(experiences: Sequence[common_pb2.Experience], field: str = "experiences") -> None:
@@ -23,6 +26,11 @@ def validate_experiences(experiences: Sequence[common_pb2.Experience], field: st
             and len(e.action_mask) in (0, n)
             and len(e.token_rewards) in (0, n)
             and len(e.teacher_logprobs) in (0, n)
+            and n + len(e.prompt_token_ids) + len(e.preference.rejected_token_ids) <= MAX_EXPERIENCE_TOKENS
+            and max(len(e.run_id), len(e.taskset), len(e.task_id), len(e.group_id), len(e.episode_id), len(e.state_key))
+            <= MAX_NAME_CHARS
+            and len(e.finish_reason) <= MAX_NAME_CHARS
+            and len(e.reward_components) + len(e.metrics) + len(e.info) <= MAX_ITEMS
         ):
             continue
         _refuse(e, f"{field}[{i}]")
@@ -42,4 +50,15 @@ def _refuse(e: common_pb2.Experience, where: str) -> None:
             raise InvalidArgument(
                 f"{where}.{name}", f"has {got} entries but response_token_ids has {n} (one per token, or none)"
             )
+    tokens = n + len(e.prompt_token_ids) + len(e.preference.rejected_token_ids)
+    if tokens > MAX_EXPERIENCE_TOKENS:
+        raise InvalidArgument(
+            f"{where}.response_token_ids",
+            f"{tokens} prompt, response and rejected tokens; at most {MAX_EXPERIENCE_TOKENS}",
+        )
+    for name in NAME_FIELDS:
+        if len(getattr(e, name)) > MAX_NAME_CHARS:
+            raise InvalidArgument(f"{where}.{name}", f"longer than {MAX_NAME_CHARS} characters")
+    if sum(len(getattr(e, name)) for name in MAP_FIELDS) > MAX_ITEMS:
+        raise InvalidArgument(f"{where}.metrics", f"{', '.join(MAP_FIELDS)} hold over {MAX_ITEMS} entries together")
     raise AssertionError(f"{where} failed validation for no reason the checks name")

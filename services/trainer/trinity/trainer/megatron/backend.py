@@ -80,6 +80,9 @@ class MegatronBackend:
         self._version = int(self._workers.call("load_checkpoint", str(path)))
         self._step = json.loads((_resolve(path) / "state.json").read_text())["step"]
 
+    def continue_versions_after(self, version: int) -> None:
+        self._version = int(self._workers.call("continue_versions_after", version))
+
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Full HF-named tensors, TP shards gathered and PP stages joined, streamed one at a time."""
         return self._workers.stream("named_weights")

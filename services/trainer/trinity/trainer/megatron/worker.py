@@ -135,6 +135,8 @@ def _serve(rank: int, config: RunConfig, trainer: MegatronTrainerConfig, algorit
         elif command == "load_checkpoint":
             engine.load_checkpoint(args[0])
             result = engine.state.model_version
+        elif command == "continue_versions_after":
+            result = engine.state.continue_versions_after(args[0])
         elif command == "named_weights":
             for item in engine.export_weights():
                 conn.send(("item", item))
