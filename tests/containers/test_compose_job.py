@@ -127,6 +127,7 @@ def stack(tmp_path_factory, tiny_model) -> Iterator[Stack]:
         "TRINITY_TRAINER_THREADS": "2",
         # A restarted container registers under a new instance id: the old one is lost once silent this long.
         "TRINITY_LIVENESS_SECONDS": "5",
+        "TRINITY_DATA_ROOTS": "/job",  # the buffer reads task files only inside its data roots
     }
     stack = Stack(f"trinity-test-{os.getpid()}", [*BASE, override], env, f"127.0.0.1:{gateway_port}", metrics)
     try:
@@ -179,7 +180,7 @@ def finished_run(stack) -> FinishedRun:
                 restarts_before = int(docker("inspect", "-f", "{{.RestartCount}}", killed))
                 os.kill(int(docker("inspect", "-f", "{{.State.Pid}}", killed)), 9)
         final = run.wait(timeout=300)
-    assert group is not None and killed, "the run ended before train step 2"
+    assert group is not None and killed, f"the run ended before train step 2: {final.error}"
     return FinishedRun(final, events, group, killed, restarts_before)
 
 

@@ -48,8 +48,9 @@ def test_a_run_survives_each_service_killed_in_turn(tiny_model, tmp_path):
 
         # Versions strictly increase across both trainer incarnations, although steps after the
         # checkpoint were trained twice (once by the lost trainer).
-        versions = [e.model_version for e in events if e.kind == "train"]
-        assert versions == sorted(set(versions)), versions
+        trained = [e for e in events if e.kind == "train"]
+        versions = [e.model_version for e in trained]
+        assert versions == sorted(set(versions)), [(e.seq, e.step, e.model_version) for e in trained]
         assert final.train_step == TOTAL_STEPS and final.model_version >= TOTAL_STEPS
 
         # Accounting: what was put was trained, dropped with a reason, or is still queued; nothing is

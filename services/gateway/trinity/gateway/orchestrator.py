@@ -63,6 +63,7 @@ class Orchestrator:
         # Launching a run blocks on the buffer (task sets, offline data): a few at a time, off the monitor.
         self._launcher = ThreadPoolExecutor(max_workers=4, thread_name_prefix="launch")
         self._launching: set[str] = set()
+        self._monitor_thread: threading.Thread | None = None
 
     # ---- public operations ----------------------------------------------------------------------
 
@@ -193,6 +194,8 @@ class Orchestrator:
             # The trainer first: it reserves the sync group's rendezvous that explorers join.
             for inst in trainers + explorers:
                 self._start_on(run, inst, buffer.address)
+        except _Stopping:
+            return  # still pending: the next gateway launches it
         except Exception as err:
             log.exception("run.launch_failed", run_id=run_id)
             self._fail(run_id, f"launch failed: {one_line(err)}")
@@ -204,6 +207,8 @@ class Orchestrator:
             return []
         deadline = time.monotonic() + self.assign_timeout
         while True:
+            if self._stop.is_set():
+                raise _Stopping
             run = self.runs.get(run_id)
             if run.state in TERMINAL:
                 raise FailedPrecondition("run ended while waiting for services")
@@ -215,7 +220,7 @@ class Orchestrator:
                 raise FailedPrecondition(
                     f"needs {count} live {service} instance(s), found {len(free)} within {self.assign_timeout:.0f}s"
                 )
-            time.sleep(0.2)
+            self._stop.wait(0.2)
 
     def _busy_instances(self, exclude_run: str) -> set[str]:
         busy: set[str] = set()
@@ -363,11 +368,16 @@ class Orchestrator:
     # ---- liveness and healing ---------------------------------------------------------------------
 
     def start_monitor(self, interval: float = 0.5) -> None:
-        self._spawn(self._monitor, interval)
+        self._monitor_thread = threading.Thread(target=self._monitor, args=(interval,), name="monitor", daemon=True)
+        self._monitor_thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the monitor and wait for it (and for launches under way), so that nothing still calls Redis
+        or the services while the process exits."""
         self._stop.set()
-        self._launcher.shutdown(wait=False, cancel_futures=True)
+        if self._monitor_thread is not None:
+            self._monitor_thread.join(timeout)
+        self._launcher.shutdown(wait=True, cancel_futures=True)
 
     def _monitor(self, interval: float) -> None:
         while not self._stop.wait(interval):
@@ -490,6 +500,10 @@ class Orchestrator:
     def _spawn(self, fn: Callable, *args: object) -> None:
         thread = threading.Thread(target=fn, args=args, daemon=True)
         thread.start()
+
+
+class _Stopping(Exception):
+    """This gateway is shutting down: a launch waiting for services leaves its run as it is."""
 
 
 def _stub(service: str, channel: grpc.Channel):

@@ -18,6 +18,14 @@ from trinity.runtime.errors import NotFound
 from trinity.v1 import gateway_pb2
 
 EVENT_ID_TTL_S = 24 * 3600  # far longer than any client retries a report
+# KEYS: the run's event stream, the event id's key; ARGV: the event, the id's TTL -> {seq, 1 if recorded now}
+_APPEND_ONCE = """
+local seq = redis.call('GET', KEYS[2])
+if seq then return {seq, 0} end
+seq = redis.call('XADD', KEYS[1], '*', 'e', ARGV[1])
+redis.call('SET', KEYS[2], seq, 'EX', ARGV[2])
+return {seq, 1}
+"""
 
 TERMINAL = {gateway_pb2.RUN_STATE_SUCCEEDED, gateway_pb2.RUN_STATE_FAILED, gateway_pb2.RUN_STATE_CANCELLED}
 # A run's watchers wait this long for the next event before the run's state is looked at, and the short one once
@@ -92,6 +100,7 @@ class RunStore:
         self.client = client
         self.waits = waits  # for watchers, on the server's loop
         self._feeds: dict[str, _Feed] = {}  # run id -> the feed its watchers share (touched on the loop only)
+        self._append_once = client.register_script(_APPEND_ONCE)
 
     def create(self, name: str, config_json: str, run_id: str = "") -> gateway_pb2.Run:
         run_id = run_id or f"{name}-{uuid.uuid4().hex[:8]}"
@@ -129,13 +138,18 @@ class RunStore:
         a lost reply); returns its seq and whether it is new."""
         if not event.event_id:
             return self.append_event(event), True
-        key = keys.event_id(event.run_id, event.event_id)
-        known = cast("bytes | None", self.client.get(key))
-        if known is not None:
-            return known.decode(), False
-        seq = self.append_event(event)
-        self.client.set(key, seq, ex=EVENT_ID_TTL_S)
-        return seq, True
+        event.unix_ms = event.unix_ms or now_ms()
+        # One script, so that a gateway dying between the append and the id's record cannot record it twice.
+        seq, new = cast(
+            "list",
+            self._append_once(
+                keys=[keys.events(event.run_id), keys.event_id(event.run_id, event.event_id)],
+                args=[event.SerializeToString(), EVENT_ID_TTL_S],
+            ),
+        )
+        if new:
+            EVENTS.labels(event.kind or "unknown").inc()
+        return seq.decode(), bool(new)
 
     def append_event(self, event: gateway_pb2.RunEvent) -> str:
         event.unix_ms = event.unix_ms or now_ms()
