@@ -147,27 +147,23 @@ class Orchestrator:
             config = config.model_copy(update={"model": config.model.model_copy(update={"path": run.final_model_path})})
         return config
 
-    def _schedule_pending(self) -> None:
+    def _schedule_pending(self, runs: list[gateway_pb2.Run]) -> None:
         """Launch the pending runs whose services are free; fail those that waited past `assign_timeout`."""
-        for run in self.runs.all():
+        for run in runs:
             if run.state != PENDING or run.id in self._launching:
                 continue
-            if now_ms() - run.created_unix_ms > self.assign_timeout * 1000:
-                self._fail(run.id, f"no free services within {self.assign_timeout:.0f}s ({self._missing(run)})")
-            elif not self._missing(run):
+            missing = self._missing(run, runs)
+            if not missing:
                 self._launching.add(run.id)
                 self._launcher.submit(self._launch, run.id)
+            elif now_ms() - run.created_unix_ms > self.assign_timeout * 1000:
+                self._fail(run.id, f"no free services within {self.assign_timeout:.0f}s ({missing})")
 
-    def _missing(self, run: gateway_pb2.Run) -> str:
+    def _missing(self, run: gateway_pb2.Run, runs: list[gateway_pb2.Run]) -> str:
         """What the run still waits for ("1 trainer, 2 explorer"), or "" when every service it needs is free."""
         wanted = {"buffer": 1, **roles_for(self._config(run))}
-        busy = self._busy_instances(exclude_run=run.id)
-        short = {}
-        for service, count in wanted.items():
-            free = sum(1 for i in self.registry.alive(service) if service == "buffer" or i.instance_id not in busy)
-            if free < count:
-                short[service] = count - free
-        return ", ".join(f"{n} {service}" for service, n in short.items())
+        short = {s: n - len(self._free(s, run.id, runs)) for s, n in wanted.items()}
+        return ", ".join(f"{n} {service}" for service, n in short.items() if n > 0)
 
     def _launch(self, run_id: str) -> None:
         try:
@@ -212,8 +208,7 @@ class Orchestrator:
             run = self.runs.get(run_id)
             if run.state in TERMINAL:
                 raise FailedPrecondition("run ended while waiting for services")
-            busy = self._busy_instances(exclude_run=run_id)
-            free = [i for i in self.registry.alive(service) if i.instance_id not in busy]
+            free = self._free(service, run_id, self.runs.all())
             if len(free) >= count:
                 return free[:count]
             if time.monotonic() > deadline:
@@ -222,12 +217,10 @@ class Orchestrator:
                 )
             self._stop.wait(0.2)
 
-    def _busy_instances(self, exclude_run: str) -> set[str]:
-        busy: set[str] = set()
-        for run in self.runs.all():
-            if run.id != exclude_run and run.state not in TERMINAL:
-                busy.update(run.assignments)
-        return busy
+    def _free(self, service: str, exclude_run: str, runs: list[gateway_pb2.Run]) -> list[gateway_pb2.Instance]:
+        """Live instances of `service` that no active run but `exclude_run` has assigned."""
+        busy = {i for r in runs if r.id != exclude_run and r.state not in TERMINAL for i in r.assignments}
+        return [i for i in self.registry.alive(service) if i.instance_id not in busy]
 
     def _prepare_buffer(self, run_id: str, stage: int, config: RunConfig, address: str) -> None:
         with BufferClient(address, timeout=600) as buffer:
@@ -384,8 +377,9 @@ class Orchestrator:
             try:
                 for instance in self.registry.sweep():
                     self._on_instance_lost(instance, "no heartbeat")
-                self._recover()
-                self._schedule_pending()
+                runs = self.runs.all()  # one read per sweep; a launch or a replacement re-reads what it changes
+                self._recover(runs)
+                self._schedule_pending(runs)
             except Exception:
                 log.exception("monitor.sweep_failed")
 
@@ -431,9 +425,9 @@ class Orchestrator:
                 requeued = buffer.nack(stream, instance_id, all_pending=True)
                 self.event(run.id, "log", message=f"handed back {requeued} untrained experience(s) of {instance_id}")
 
-    def _recover(self) -> None:
+    def _recover(self, runs: list[gateway_pb2.Run]) -> None:
         """Give each lost assignment of a running run a replacement, or fail the run past the deadline."""
-        for run in self.runs.all():
+        for run in runs:
             if run.state != RUNNING or not run.lost_unix_ms:
                 continue
             for old, lost_ms in sorted(run.lost_unix_ms.items()):
@@ -449,12 +443,12 @@ class Orchestrator:
                     break
 
     def _replacement_for(self, old: str, role: str) -> gateway_pb2.Instance | None:
-        """The same instance id back (a restarted process), else a free live instance of the service."""
+        """The same instance id back (a restarted process), else a free live instance of the service (read
+        afresh: an earlier replacement in this sweep may have taken one)."""
         same = self.registry.get(old)
         if same is not None and same.alive:
             return same
-        busy = self._busy_instances(exclude_run="")
-        return next((i for i in self.registry.alive(role) if i.instance_id not in busy), None)
+        return next(iter(self._free(role, "", self.runs.all())), None)
 
     def _replace(self, run_id: str, old: str, new: gateway_pb2.Instance) -> None:
         buffers = self.registry.alive("buffer")
