@@ -12,6 +12,7 @@ import grpc
 
 from trinity.config.run import load_config_yaml
 from trinity.runtime.client import open_async_channel, open_channel
+from trinity.runtime.settings import auth_token
 from trinity.runtime.tls import TlsSettings
 from trinity.sdk.errors import GatewayUnavailable, TrinityError, translate
 from trinity.sdk.metrics import RunMetrics
@@ -207,11 +208,9 @@ class AsyncTrinityClient:
         timeout: float = 30.0,
     ) -> None:
         """The arguments of `TrinityClient`."""
-        import os
-
         self.target = gateway
         self.timeout = timeout
-        token = token if token is not None else os.environ.get("TRINITY_AUTH_TOKEN") or None
+        token = auth_token(token)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         tls = TlsSettings.from_env(ca=tls_ca, cert=tls_cert, key=tls_key, server_name=tls_server_name)
         self._channel = open_async_channel(gateway, tls=tls)

@@ -12,6 +12,7 @@ import grpc
 import tenacity
 
 from trinity.runtime.server import message_size_options
+from trinity.runtime.settings import auth_token
 from trinity.runtime.tls import TlsSettings
 
 T = TypeVar("T")
@@ -65,7 +66,7 @@ def open_channel(
 ) -> grpc.Channel:
     """A channel to `target` (host:port) with retries; TLS as `tls` says (default: the `TRINITY_TLS_*`
     variables, see trinity.runtime.tls); `token` defaults to TRINITY_AUTH_TOKEN."""
-    token = token if token is not None else os.environ.get("TRINITY_AUTH_TOKEN") or None
+    token = auth_token(token)
     tls = tls if tls is not None else TlsSettings.from_env()
     options = _channel_options(max_message_mb, tls)
     if tls.dials_tls:

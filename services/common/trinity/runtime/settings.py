@@ -27,6 +27,13 @@ def data_roots_from_env() -> tuple[str, ...]:
     return tuple(dict.fromkeys([*(listed or [os.getcwd()]), *([runs] if runs else [])]))
 
 
+def auth_token(explicit: str | None = None) -> str | None:
+    """The bearer token: `explicit`, else TRINITY_AUTH_TOKEN; surrounding whitespace dropped (a token file
+    written by `echo` ends in a newline), empty means none."""
+    token = (explicit if explicit is not None else os.environ.get("TRINITY_AUTH_TOKEN", "")).strip()
+    return token or None
+
+
 class ServiceSettings(BaseModel):
     """What every service process needs to start, independent of any run."""
 
@@ -79,7 +86,7 @@ class ServiceSettings(BaseModel):
             "host": _env("HOST", "0.0.0.0"),
             "port": int(_env("PORT", "0")),
             "metrics_port": int(_env("METRICS_PORT", "-1")),
-            "auth_token": os.environ.get("TRINITY_AUTH_TOKEN") or None,
+            "auth_token": auth_token(),
             "redis_url": os.environ.get("TRINITY_REDIS_URL") or None,
             "max_message_mb": int(_env("MAX_MESSAGE_MB", "256")),
             "workers": int(_env("WORKERS", "32")),
