@@ -6,32 +6,18 @@ from pathlib import Path
 
 import pytest
 import torch
-from trainer_helpers import run_config
+from trainer_helpers import preference_pairs, run_config
 
 from trinity.trainer.torch_backend import TorchBackend
 from trinity.v1 import common_pb2
 
 SFT_DATA = [("2+2", "4"), ("3+3", "6"), ("hello", "world"), ("sky", "blue")]
-PAIRS = [("Is fire hot?", "yes", "no"), ("Is ice hot?", "no", "yes"), ("Color of grass?", "green", "red")]
 
 
 def _sft_experiences() -> list[common_pb2.Experience]:
     return [
         common_pb2.Experience(id=f"sft{i}", kind=common_pb2.EXPERIENCE_KIND_SFT, prompt_text=p, response_text=r)
         for i, (p, r) in enumerate(SFT_DATA)
-    ]
-
-
-def _pair_experiences() -> list[common_pb2.Experience]:
-    return [
-        common_pb2.Experience(
-            id=f"dpo{i}",
-            kind=common_pb2.EXPERIENCE_KIND_PREFERENCE,
-            messages=[common_pb2.ChatMessage(role="user", content=q)],
-            response_text=good,
-            preference=common_pb2.Preference(rejected_text=bad),
-        )
-        for i, (q, good, bad) in enumerate(PAIRS)
     ]
 
 
@@ -53,7 +39,7 @@ def test_dpo_raises_the_chosen_over_rejected_margin(tiny_model: Path) -> None:
     assert backend.reference is not None
     metrics = []
     for epoch in range(8):
-        exps = _pair_experiences()
+        exps = preference_pairs()
         for e in exps:
             e.id = f"{e.id}-epoch{epoch}"
         metrics.append(backend.train_step(exps))

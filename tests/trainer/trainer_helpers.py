@@ -103,6 +103,23 @@ def grouped_rollouts(groups: int, per_group: int, *, seed: int = 0, vocab: int =
     return out
 
 
+PAIRS = [("Is fire hot?", "yes", "no"), ("Is ice hot?", "no", "yes"), ("Color of grass?", "green", "red")]
+
+
+def preference_pairs(suffix: str = "") -> list[common_pb2.Experience]:
+    """Three chosen/rejected pairs of short chat answers (ids end with `suffix`)."""
+    return [
+        common_pb2.Experience(
+            id=f"dpo{i}{suffix}",
+            kind=common_pb2.EXPERIENCE_KIND_PREFERENCE,
+            messages=[common_pb2.ChatMessage(role="user", content=q)],
+            response_text=good,
+            preference=common_pb2.Preference(rejected_text=bad),
+        )
+        for i, (q, good, bad) in enumerate(PAIRS)
+    ]
+
+
 def assert_logprobs_of_single_rows(model: Any, experiences: list[common_pb2.Experience], logprobs: Any) -> None:
     """`logprobs[i]` equals what `model` gives experience i's response in a row of its own (full forward)."""
     import torch

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, Tag
+from pydantic import Discriminator, Field, Tag, model_validator
 
 from trinity.config.base import _Section
 
@@ -49,6 +49,19 @@ class _TrainerSection(_Section):
     )
     keep_checkpoints: int = Field(default=2, gt=0, description="checkpoints kept on disk (the newest)")
     threads: int = Field(default=0, ge=0, description="torch threads; 0 = decided by the launcher")
+    data_parallel_size: int = Field(
+        default=1, ge=1, description="data-parallel ranks; each trains its share of every mini-batch"
+    )
+    distributed_backend: Literal["nccl", "gloo"] | None = Field(
+        default=None, description="torch.distributed backend of the ranks; None = nccl with a GPU, gloo without"
+    )
+    master_addr: str = Field(
+        default="127.0.0.1", description="rendezvous address of the ranks (the host of rank 0, reachable by all)"
+    )
+    master_port: int | None = Field(default=None, gt=0, lt=65536, description="rendezvous port; None = a free port")
+    start_timeout_s: float = Field(default=300.0, gt=0, description="limit on rank start-up (model load, joining)")
+    command_timeout_s: float = Field(default=1800.0, gt=0, description="limit on one train step, save or export")
+    collective_timeout_s: float = Field(default=600.0, gt=0, description="torch.distributed collective timeout")
 
 
 class TorchTrainerConfig(_TrainerSection):
@@ -62,6 +75,25 @@ class TorchTrainerConfig(_TrainerSection):
         default="none", description="bf16 matmuls over fp32 weights (about 2x faster on CPUs with AVX-512 BF16 or AMX)"
     )
     gradient_checkpointing: bool = Field(default=False, description="recompute activations in backward (less memory)")
+    device: str = Field(
+        default="auto",
+        pattern=r"^(auto|cpu|cuda(:\d+)?)$",
+        description="where the policy, reference, critic and optimizer state live: auto (a rank's GPU if it has one), "
+        "cpu, cuda or cuda:N",
+    )
+    weights_dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        default="auto", description="dtype of the trained weights; auto = bfloat16 on a GPU, model.dtype on a CPU"
+    )
+    fp32_master_weights: bool = Field(
+        default=False,
+        description="with bfloat16 weights: the optimizer updates float32 master weights, compute runs in bfloat16",
+    )
+    local_ranks: int | None = Field(
+        default=None,
+        ge=1,
+        description="ranks the trainer starts on its own host (0..local_ranks-1); the others join from other "
+        "hosts with the torchrun environment; None = all of them",
+    )
     logprob_chunk_size: int = Field(default=256, gt=0, description="response positions per lm_head/log-softmax chunk")
     value_loss_coef: float = Field(default=0.5, ge=0, description="weight of the PPO critic loss")
     lora_rank: int = Field(default=0, ge=0, description="LoRA adapter rank; 0 = full fine-tuning")
@@ -72,26 +104,30 @@ class TorchTrainerConfig(_TrainerSection):
         description="module names that get LoRA adapters",
     )
 
+    @model_validator(mode="after")
+    def _local_ranks_within_world(self) -> TorchTrainerConfig:
+        if self.local_ranks is not None and self.local_ranks > self.data_parallel_size:
+            raise ValueError(
+                f"trainer.local_ranks: {self.local_ranks} exceeds trainer.data_parallel_size "
+                f"({self.data_parallel_size}); a host starts at most the run's ranks"
+            )
+        return self
+
 
 class MegatronTrainerConfig(_TrainerSection):
-    """Megatron-Core, tensor + pipeline parallel over `tensor_parallel_size * pipeline_parallel_size` workers."""
+    """Megatron-Core over `tensor_parallel_size * pipeline_parallel_size * data_parallel_size` workers."""
 
     backend: Literal["megatron"] = Field(description="the training backend")
     tensor_parallel_size: int = Field(default=1, ge=1, description="TP degree: splits heads, MLP and vocab")
     pipeline_parallel_size: int = Field(default=1, ge=1, description="PP degree: splits layers (1F1B schedule)")
-    distributed_backend: Literal["nccl", "gloo"] | None = Field(
-        default=None, description="torch.distributed backend of the workers; None = nccl with a GPU, gloo without"
+    use_distributed_optimizer: bool = Field(
+        default=False, description="shard optimizer state over the data-parallel ranks (Megatron's ZeRO-1)"
     )
-    master_addr: str = Field(default="127.0.0.1", description="rendezvous address of the worker processes")
-    master_port: int | None = Field(default=None, gt=0, lt=65536, description="rendezvous port; None = a free port")
-    start_timeout_s: float = Field(default=300.0, gt=0, description="limit on worker start-up (model load)")
-    command_timeout_s: float = Field(default=1800.0, gt=0, description="limit on one train step, save or export")
-    collective_timeout_s: float = Field(default=600.0, gt=0, description="torch.distributed collective timeout")
     threads_per_worker: int = Field(default=1, gt=0, description="torch threads of each worker process")
 
     @property
     def world_size(self) -> int:
-        return self.tensor_parallel_size * self.pipeline_parallel_size
+        return self.tensor_parallel_size * self.pipeline_parallel_size * self.data_parallel_size
 
 
 def _backend_of(value: Any) -> str:

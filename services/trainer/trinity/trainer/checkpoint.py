@@ -1,10 +1,12 @@
 """Training checkpoints: everything needed to continue a run bit-for-bit.
 
-Layout of `<checkpoint_dir>/step_<n>/`: `policy.safetensors` (trainable state of the policy, LoRA
-adapters included), `critic.safetensors` (PPO only), `optimizer.pt` (optimizer + scheduler),
-`rng.pt` (torch, python, numpy and the backend's own generator), `state.json` (step, model version,
-consumed experience ids). A checkpoint is written to a temporary directory and renamed into place, and
-`latest` is updated after, so a crash mid-save leaves the previous checkpoint intact.
+Layout of `<checkpoint_dir>/step_<n>/`: `dcp/` (a `torch.distributed.checkpoint` of the policy, the
+critic when PPO has one, and the optimizer state, keyed by parameter name: each rank writes its own
+shards, and a checkpoint loads onto any number of ranks), `scheduler.pt`, `rng.pt` (torch, python, numpy
+and the backend's own generator: the same on every rank, which share one seed), `state.json` (step, model
+version, consumed experience ids). A checkpoint is written to a temporary directory and renamed into
+place, and `latest` is updated after, so a crash mid-save leaves the previous checkpoint intact. With
+several ranks the directory must be one that every rank sees (shared storage across hosts).
 """
 
 from __future__ import annotations
@@ -13,15 +15,16 @@ import json
 import os
 import random
 import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_model, save_model
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from trinity.trainer.metrics import CHECKPOINT_SECONDS
 
@@ -57,6 +60,25 @@ def _set_rng_state(state: dict[str, Any], generator: torch.Generator) -> None:
     generator.set_state(state["generator"])
 
 
+class _Trained(nn.Module):
+    """The trained models under stable names (`policy.`, `critic.`), however each is wrapped or sharded."""
+
+    def __init__(self, policy: nn.Module, critic: nn.Module | None) -> None:
+        super().__init__()
+        self.policy = policy
+        if critic is not None:
+            self.critic = critic
+
+
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def _barrier() -> None:
+    if _distributed():
+        dist.barrier()
+
+
 @CHECKPOINT_SECONDS.time()
 def save(
     root: str | Path,
@@ -68,31 +90,40 @@ def save(
     generator: torch.Generator,
     state: TrainState,
     keep: int | None = None,
+    rank: int = 0,
 ) -> Path:
-    """Write checkpoint `step_<state.step>` under `root`; keep only the newest `keep` ones."""
+    """Write checkpoint `step_<state.step>` under `root`; keep only the newest `keep` ones.
+
+    A collective with several ranks: each writes its shards, rank 0 the rest and the rename."""
     root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{state.step}"
-    tmp = Path(tempfile.mkdtemp(prefix=f".step_{state.step}.", dir=root))
+    tmp = root / f".step_{state.step}.partial"
+    if rank == 0:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+    _barrier()
     try:
-        save_model(policy, str(tmp / "policy.safetensors"))
-        if critic is not None:
-            save_model(critic, str(tmp / "critic.safetensors"))
-        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "optimizer.pt")
-        torch.save(_rng_state(generator), tmp / "rng.pt")
-        (tmp / "state.json").write_text(json.dumps(asdict(state)))
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        models, optim = get_state_dict(_Trained(policy, critic), optimizer)
+        dcp.save({"model": models, "optimizer": optim}, checkpoint_id=str(tmp / "dcp"), no_dist=not _distributed())
+        if rank == 0:
+            torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+            torch.save(_rng_state(generator), tmp / "rng.pt")
+            (tmp / "state.json").write_text(json.dumps(asdict(state)))
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    (root / f".{LATEST}.tmp").write_text(final.name)
-    os.replace(root / f".{LATEST}.tmp", root / LATEST)
-    if keep:
-        steps = sorted((p for p in root.glob("step_*") if p.is_dir()), key=lambda p: int(p.name.split("_")[1]))
-        for old in steps[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+    if rank == 0:
+        (root / f".{LATEST}.tmp").write_text(final.name)
+        os.replace(root / f".{LATEST}.tmp", root / LATEST)
+        if keep:
+            steps = sorted((p for p in root.glob("step_*") if p.is_dir()), key=lambda p: int(p.name.split("_")[1]))
+            for old in steps[:-keep]:
+                shutil.rmtree(old, ignore_errors=True)
+    _barrier()
     return final
 
 
@@ -116,13 +147,12 @@ def load(
     scheduler: Any,
     generator: torch.Generator,
 ) -> TrainState:
-    """Restore everything `save` wrote into the given objects; returns the train state."""
+    """Restore everything `save` wrote into the given objects (resharded to this run's ranks); the train state."""
     ckpt = resolve(path)
-    load_model(policy, str(ckpt / "policy.safetensors"))
-    if critic is not None:
-        load_model(critic, str(ckpt / "critic.safetensors"))
-    opt = torch.load(ckpt / "optimizer.pt", weights_only=False)
-    optimizer.load_state_dict(opt["optimizer"])
-    scheduler.load_state_dict(opt["scheduler"])
+    trained = _Trained(policy, critic)
+    models, optim = get_state_dict(trained, optimizer)
+    dcp.load({"model": models, "optimizer": optim}, checkpoint_id=str(ckpt / "dcp"), no_dist=not _distributed())
+    set_state_dict(trained, optimizer, model_state_dict=models, optim_state_dict=optim)
+    scheduler.load_state_dict(torch.load(ckpt / "scheduler.pt", weights_only=False))
     _set_rng_state(torch.load(ckpt / "rng.pt", weights_only=False), generator)
     return TrainState(**json.loads((ckpt / "state.json").read_text()))

@@ -19,13 +19,20 @@ if TYPE_CHECKING:
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def load_causal_lm(path: str | Path, dtype: str = "float32") -> PreTrainedModel:
-    """A causal LM from `path` (config + safetensors), in `dtype`, in train mode."""
+def load_causal_lm(
+    path: str | Path, dtype: str | torch.dtype = "float32", device: torch.device | str = "cpu"
+) -> PreTrainedModel:
+    """A causal LM from `path` (config + safetensors), in `dtype`, on `device`, in train mode."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[dtype])
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=_dtype(dtype))
+    model.to(device)  # type: ignore[arg-type]  # transformers' stubs type `to` for dtypes only
     model.train()
     return model
+
+
+def _dtype(dtype: str | torch.dtype) -> torch.dtype:
+    return DTYPES[dtype] if isinstance(dtype, str) else dtype
 
 
 def load_tokenizer(path: str | Path) -> Any:
@@ -72,39 +79,65 @@ def freeze(model: nn.Module) -> nn.Module:
     return model
 
 
+class TokenLogprobs(nn.Module):
+    """A causal LM as one module whose forward is a whole log-prob pass over a batch's response tokens.
+
+    Under FSDP2 this wrapper is the root unit: its forward hooks gather the embeddings, the final norm and
+    the LM head (which `response_hidden` calls outside the LM's own forward) and reduce their gradients.
+    """
+
+    def __init__(self, lm: nn.Module, chunk_size: int, temperature: float) -> None:
+        super().__init__()
+        self.lm = lm
+        self.chunk_size = chunk_size
+        self.temperature = temperature
+
+    def forward(self, batch: TokenBatch, with_entropy: bool | str = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probs and entropy `[rows, resp]` (float32) of `batch`'s response tokens."""
+        from trinity.trainer.logprobs import chunked_logprobs
+
+        hidden, head = response_hidden(self.lm, batch)
+        return chunked_logprobs(
+            head, hidden, batch.targets, chunk_size=self.chunk_size, temperature=self.temperature,
+            with_entropy=with_entropy,
+        )  # fmt: skip
+
+
 class ReferencePolicy:
     """The frozen policy that KL penalties and DPO compare against.
 
     With LoRA the reference is the policy with its adapters switched off (no second copy of the
-    weights); otherwise a frozen copy loaded from the same directory.
+    weights); otherwise a frozen copy (`copy`, loaded from the same directory).
     """
 
-    def __init__(self, model_path: str, dtype: str, policy: nn.Module, uses_lora: bool) -> None:
+    def __init__(self, policy: TokenLogprobs, copy: TokenLogprobs | None) -> None:
         self._policy = policy
-        self._copy = None if uses_lora else freeze(load_causal_lm(model_path, dtype))
+        self._copy = copy
 
     @contextmanager
-    def active(self) -> Iterator[nn.Module]:
+    def active(self) -> Iterator[TokenLogprobs]:
         from peft import PeftModel
 
         if self._copy is not None:
             yield self._copy
             return
-        assert isinstance(self._policy, PeftModel)  # uses_lora: the policy carries the adapters
-        with self._policy.disable_adapter():
+        assert isinstance(self._policy.lm, PeftModel)  # no copy: the policy carries LoRA adapters
+        with self._policy.lm.disable_adapter():
             yield self._policy
 
 
 class ValueModel(nn.Module):
     """PPO critic: the base transformer (no lm_head) plus a scalar head, initialised at zero value."""
 
-    def __init__(self, model_path: str | Path, dtype: str = "float32") -> None:
+    def __init__(
+        self, model_path: str | Path, dtype: str | torch.dtype = "float32", device: torch.device | str = "cpu"
+    ) -> None:
         super().__init__()
         from transformers import AutoModel
 
-        self.backbone = AutoModel.from_pretrained(str(model_path), dtype=DTYPES[dtype])
+        self.backbone = AutoModel.from_pretrained(str(model_path), dtype=_dtype(dtype)).to(device)
         hidden = self.backbone.config.hidden_size
-        self.head = nn.Linear(hidden, 1, dtype=DTYPES[dtype])
+        self.head = nn.Linear(hidden, 1, dtype=_dtype(dtype), device=device)
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
 
@@ -113,7 +146,8 @@ class ValueModel(nn.Module):
         from trinity.trainer.logprobs import gather_positions
 
         hidden = decode(self.backbone, batch)
-        return self.head(gather_positions(hidden, batch.response_index, batch.response_row)).squeeze(-1).float()
+        values = self.head(gather_positions(hidden, batch.response_index, batch.response_row)).squeeze(-1)
+        return values.to(torch.float32, copy=True)  # not a view: FSDP2 hooks the output for backward
 
 
 def decode(decoder: nn.Module, batch: TokenBatch) -> torch.Tensor:
@@ -125,7 +159,7 @@ def decode(decoder: nn.Module, batch: TokenBatch) -> torch.Tensor:
     mask = batch.attention_mask
     if mask.dim() == 4 and getattr(decoder.config, "_attn_implementation", "sdpa") != "sdpa":
         dtype = next(decoder.parameters()).dtype
-        mask = torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, torch.finfo(dtype).min)
+        mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
     return decoder(input_ids=batch.input_ids, attention_mask=mask, position_ids=batch.position_ids).last_hidden_state
 
 

@@ -169,20 +169,23 @@ def build_objective(
         width = mb.mask.shape[1]
         mini_mask = mask[mini_rows, : max(int(lengths[mini_rows].max()), 1)]
 
+        logp, entropy = forward.logprobs(mb, with_entropy=entropy_mode)
+        device = logp.device  # the backend's (a rank's GPU): the loss terms are computed there
+        mb = mb.to(device)
+
         def sl(t: torch.Tensor | None) -> torch.Tensor | None:
-            return None if t is None else t[mb_rows, :width]
+            return None if t is None else t[mb_rows, :width].to(device)
 
         def part(mode: str) -> float:
             return share(mode, mb.mask, mini_mask, fixed_norm)
 
-        logp, entropy = forward.logprobs(mb, with_entropy=entropy_mode)
         loss, m = alg.policy_loss(
             logprobs=logp,
             old_logprobs=sl(old) if old is not None else logp.detach(),
             advantages=sl(advantages) if advantages is not None else torch.zeros_like(logp),
             mask=mb.mask,
             ref_logprobs=sl(ref),
-            expert_mask=expert_rows[mb_rows],
+            expert_mask=expert_rows[mb_rows].to(device),
             step=step,
         )
         metrics = {k: float(v) for k, v in m.items()}

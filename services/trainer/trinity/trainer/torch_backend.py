@@ -1,4 +1,4 @@
-"""The single-process PyTorch training backend: one policy, one algorithm, AdamW.
+"""The PyTorch training backend: one policy, one algorithm, AdamW; on one process or FSDP2 over N ranks.
 
 One `train_step` = filter the batch -> tokenize/pad -> (reference log-probs, values, advantages) ->
 for each PPO epoch and mini-batch: micro-batches under a token budget, gradient accumulation,
@@ -7,6 +7,9 @@ for its forward passes through `PolicyForward`; this file is the loop and those 
 
 It reads the run config where it lands: `config.trainer` (a `TorchTrainerConfig`), `config.model`,
 `config.algorithm`, and the run-wide seed, length, staleness bound and sampling temperature.
+
+Data parallel: when the default process group is up (the ranks runtime starts it), every rank builds this
+backend and makes the same calls; `parallel.py` says how a batch is split and the models sharded.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -30,22 +34,33 @@ from trinity.trainer.batch import (
     collate,
     filter_experiences,
     max_seq_len,
-    plan_micro_batches,
     to_samples,
 )
-from trinity.trainer.logprobs import chunked_logprobs, sampling_temperature
+from trinity.trainer.logprobs import sampling_temperature
 from trinity.trainer.models import (
     ReferencePolicy,
+    TokenLogprobs,
     ValueModel,
     apply_lora,
     causal_lm,
+    freeze,
     load_causal_lm,
     load_tokenizer,
-    response_hidden,
 )
 from trinity.trainer.objectives import CriticTerm, ForwardModel, MicroObjective, PolicyForward, build_objective
 from trinity.trainer.optim import build_optimizer
-from trinity.trainer.weights import named_weights, save_hf
+from trinity.trainer.parallel import (
+    Ranks,
+    decoder_layers,
+    merge_weighted,
+    rank_micro_batches,
+    resolve_device,
+    resolve_precision,
+    scalar,
+    shard,
+    sum_across,
+)
+from trinity.trainer.weights import block_index, named_weights, save_hf
 from trinity.v1 import common_pb2
 
 
@@ -61,21 +76,34 @@ class TorchBackend(PolicyForward):
         self.checkpoint_dir = checkpoint_dir
         self.algorithm = algorithm or resolve_algorithm(config.algorithm)
         self.max_seq_len = max_seq_len(config.model)
-        self.temperature = sampling_temperature(config.explorer)
+        self.ranks = Ranks.current()
+        self.ranks.check(self.trainer)
+        self.device = resolve_device(self.trainer.device)
+        self.precision = resolve_precision(self.trainer, config.model.dtype, self.device, self.ranks.sharded)
         torch.manual_seed(config.seed)
         self.generator = torch.Generator().manual_seed(config.seed)
-        path, dtype = config.model.path, config.model.dtype
+        path = config.model.path
         self.hf_tokenizer = load_tokenizer(path)
         self.tokenizer = Tokenizer(self.hf_tokenizer)
         self._pad_id = int(self.hf_tokenizer.pad_token_id)
 
-        model = load_causal_lm(path, dtype)
+        model = load_causal_lm(path, self.precision.load, self.device)
         if self.trainer.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         lora = self.trainer.lora_rank > 0
         self.policy: nn.Module = apply_lora(model, self.trainer) if lora else model
-        self.reference = ReferencePolicy(path, dtype, self.policy, lora) if self.algorithm.needs_reference else None
-        self.critic = ValueModel(path, dtype) if self.algorithm.needs_critic else None
+        self._blocks = decoder_layers(self.policy)
+        self._policy_pass = self._sharded(self._pass(self.policy), self.policy)
+        self.reference: ReferencePolicy | None = None
+        if self.algorithm.needs_reference:
+            copy = None if lora else freeze(load_causal_lm(path, self.precision.load, self.device))
+            self.reference = ReferencePolicy(
+                self._policy_pass, self._sharded(self._pass(copy), copy) if copy is not None else None
+            )
+        self.critic: ValueModel | None = None
+        if self.algorithm.needs_critic:
+            critic = ValueModel(path, self.precision.load, self.device)
+            self.critic = self._sharded(critic, critic.backbone)
 
         opt = self.trainer.optimizer
         groups = [{"params": [p for p in self.policy.parameters() if p.requires_grad], "lr": opt.lr}]
@@ -84,6 +112,15 @@ class TorchBackend(PolicyForward):
         self.optimizer, self.scheduler = build_optimizer(groups, opt, config.buffer.total_steps)
         self.state = ckpt.TrainState()
         self._consumed: set[str] = set()
+
+    def _pass(self, lm: nn.Module) -> TokenLogprobs:
+        return TokenLogprobs(lm, self.trainer.logprob_chunk_size, sampling_temperature(self.config.explorer))
+
+    def _sharded(self, root: nn.Module, model: nn.Module) -> Any:
+        """`root` sharded over the ranks with one FSDP2 unit per decoder block of `model` (as is on one rank)."""
+        if not self.ranks.sharded:
+            return root
+        return shard(root, decoder_layers(model), self.precision, self.device)
 
     # ----------------------------------------------------------------------------- protocol
     @property
@@ -103,10 +140,16 @@ class TorchBackend(PolicyForward):
         return self.trainer.micro_batch_tokens if self.trainer.share_prompts else None
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        return named_weights(self.policy)
+        return named_weights(self.policy, self._unit_of if self.ranks.sharded else None)
 
     def save_hf(self, out_dir: str | Path) -> Path:
-        return save_hf(self.policy, self.hf_tokenizer, out_dir)
+        unit_of = self._unit_of if self.ranks.sharded else None
+        return save_hf(self.policy, self.hf_tokenizer, out_dir, unit_of, write=self.ranks.rank == 0)
+
+    def _unit_of(self, hf_name: str) -> nn.Module:
+        """The FSDP2 unit that holds a parameter: its decoder block, or the root for everything else."""
+        index = block_index(hf_name)
+        return self._policy_pass if index is None else self._blocks[index]
 
     def save_checkpoint(self, path: str | Path | None = None) -> Path:
         root = path or self.checkpoint_dir
@@ -121,6 +164,7 @@ class TorchBackend(PolicyForward):
             generator=self.generator,
             state=self.state,
             keep=self.trainer.keep_checkpoints,
+            rank=self.ranks.rank,
         )
 
     def load_checkpoint(self, path: str | Path) -> None:
@@ -139,26 +183,30 @@ class TorchBackend(PolicyForward):
 
     # ----------------------------------------------------------------------------- forward passes
     def logprobs(self, batch: TokenBatch, *, with_entropy: bool | str = False) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._token_logprobs(self.policy, batch, with_entropy)
+        return self._token_logprobs(self._policy_pass, batch, with_entropy)
 
     @torch.no_grad()
     def forward_rows(self, rows: list[TokenSequence], model: ForwardModel) -> torch.Tensor:
+        """Each rank computes its share of the rows; the zero-filled results are summed across ranks."""
         run = self._row_pass(model)
         width = max(max(len(r.response) for r in rows), 1)
-        out = torch.zeros((len(rows), width), dtype=torch.float32)
+        out = torch.zeros((len(rows), width), dtype=torch.float32, device=self.device)
         units = [Sample(id="", chosen=r) for r in rows]
-        for idx in plan_micro_batches(units, self.trainer.micro_batch_tokens, self.trainer.share_prompts):
-            mb = collate([rows[i] for i in idx], self.pad_id, self.pack_budget)
-            out[idx, : mb.mask.shape[1]] = run(mb).float()
-        return out
+        for idx in rank_micro_batches(units, self.ranks, self.trainer.micro_batch_tokens, self.trainer.share_prompts):
+            mb = collate([rows[i] for i in idx or [0]], self.pad_id, self.pack_budget)
+            values = run(mb)  # a padding pass (idx None) only keeps this rank in step with the others
+            if idx is not None:
+                out[idx, : mb.mask.shape[1]] = values.float()
+        return sum_across(out, self.ranks).cpu()
 
     def _row_pass(self, model: ForwardModel) -> Callable[[TokenBatch], torch.Tensor]:
         """`[rows, resp]` of one micro-batch under `model`."""
         if model == "critic":
-            assert self.critic is not None
-            return self.critic
+            critic = self.critic
+            assert critic is not None
+            return lambda mb: critic(mb.to(self.device))
         if model == "policy":
-            return lambda mb: self._token_logprobs(self.policy, mb, False)[0]
+            return lambda mb: self._token_logprobs(self._policy_pass, mb, False)[0]
         assert self.reference is not None
         reference = self.reference
 
@@ -169,24 +217,15 @@ class TorchBackend(PolicyForward):
         return run
 
     def _token_logprobs(
-        self, model: nn.Module, batch: TokenBatch, with_entropy: bool | str
+        self, model: TokenLogprobs, batch: TokenBatch, with_entropy: bool | str
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-probs and entropy `[rows, resp]` of `batch`'s response tokens under `model`.
+        """Log-probs and entropy `[rows, resp]` of `batch`'s response tokens under `model`, on this rank's device.
 
-        With `autocast: bfloat16` the matmuls run in bf16 while weights, optimizer state and the
-        log-softmax stay in fp32 (the log-softmax upcasts its logits).
+        With bf16 autocast the matmuls run in bf16 while weights, optimizer state and the log-softmax stay
+        in fp32 (the log-softmax upcasts its logits).
         """
-        device = next(model.parameters()).device.type
-        with torch.autocast(device, dtype=torch.bfloat16, enabled=self.trainer.autocast == "bfloat16"):
-            hidden, head = response_hidden(model, batch)
-            return chunked_logprobs(
-                head,
-                hidden,
-                batch.targets,
-                chunk_size=self.trainer.logprob_chunk_size,
-                temperature=self.temperature,
-                with_entropy=with_entropy,
-            )
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.precision.autocast):
+            return model(batch.to(self.device), with_entropy)
 
     # ----------------------------------------------------------------------------- the step
     def filter_batch(
@@ -249,7 +288,7 @@ class TorchBackend(PolicyForward):
                 self.optimizer.zero_grad(set_to_none=True)
                 self._accumulate(samples, objective, mini, sums, weights)
                 norms.append(self._clip_and_step())
-        out = {k: sums[k] / weights[k] for k in sums if weights[k] > 0}
+        out = merge_weighted(sums, weights, self.ranks)
         out.update({"grad_norm": sum(norms) / len(norms), "lr": lr, "updates": float(len(norms))})
         return out
 
@@ -261,11 +300,16 @@ class TorchBackend(PolicyForward):
         sums: dict[str, float],
         weights: dict[str, float],
     ) -> None:
-        """Backward over the token-budget micro-batches of one mini-batch; grads sum in `.grad`."""
+        """Backward over this rank's token-budget micro-batches of one mini-batch; grads sum in `.grad`
+        (across ranks too: FSDP2 reduce-scatters sums)."""
         sub = [samples[i] for i in mini]
-        for local in plan_micro_batches(sub, self.trainer.micro_batch_tokens, self.trainer.share_prompts):
-            micro = [mini[j] for j in local]
+        plan = rank_micro_batches(sub, self.ranks, self.trainer.micro_batch_tokens, self.trainer.share_prompts)
+        for local in plan:
+            micro = [mini[j] for j in local or [0]]
             loss, m, w = objective(micro, mini)
+            if local is None:  # a padding pass: it enters the collectives, its gradient is zero
+                (loss * 0.0).backward()
+                continue
             loss.backward()
             for k, v in m.items():
                 sums[k] = sums.get(k, 0.0) + v * w
@@ -279,7 +323,7 @@ class TorchBackend(PolicyForward):
         sums: dict[str, float] = {}
         weights: dict[str, float] = {}
         self._accumulate(samples, objective, list(range(len(samples))), sums, weights)
-        return {k: sums[k] / weights[k] for k in sums if weights[k] > 0}
+        return merge_weighted(sums, weights, self.ranks)
 
     def _objective(self, samples: list[Sample]) -> tuple[MicroObjective, dict[str, float]]:
         critic = CriticTerm(self.critic, self.trainer.value_loss_coef) if self.critic is not None else None
@@ -303,7 +347,7 @@ class TorchBackend(PolicyForward):
         if params:
             self.optimizer.step()
         self.scheduler.step()
-        return float(norm)
+        return scalar(norm)
 
 
 @register_backend("torch")
