@@ -13,7 +13,7 @@ PROTO_OUT := services/common/trinity/v1
 DISTS := services/common sdk algorithms weights services/buffer services/gateway services/trainer services/explorer
 PYPROJECTS := $(addsuffix /pyproject.toml,$(DISTS) cli)
 
-.PHONY: setup lock proto config-docs test test-all test-containers bench lint run clean
+.PHONY: setup lock proto config-docs test test-all test-containers bench gpu-check lint run clean
 
 setup: $(STAMP)
 
@@ -65,6 +65,29 @@ $(BENCH_STAMP): $(STAMP) requirements-bench.txt
 bench: $(BENCH_STAMP)
 	$(PY) -m benchmarks
 
+# On a CUDA machine with its own Python and torch (no venv of ours, no network there): benchmarks/gpu_check.py,
+# JSON to $(OUT) (default benchmarks/results). It fails at once without a CUDA device. The pure-Python packages
+# such a machine lacks travel as wheels in $(GPU_WHEELS), fetched here where the index is reachable (or
+# beforehand, when the folder travels with the tree) and installed there into $(GPU_SITE), beside its packages.
+GPU_PYTHON ?= python3
+GPU_PYTHON_VERSION ?= 3.12
+GPU_WHEELS := .gpu-wheels
+GPU_SITE := .gpu-site
+GPU_PACKAGES := pydantic pydantic_core annotated-types typing-inspection typing_extensions structlog redis tenacity \
+  protobuf PyYAML megatron-core
+
+$(GPU_WHEELS)/.fetched:  # no prerequisites: a copied tree's times must never ask for a fetch where there is no index
+	$(PYTHON) -m pip download -q --dest $(GPU_WHEELS) -c constraints.txt --no-deps --only-binary=:all: \
+	  --python-version $(GPU_PYTHON_VERSION) --implementation cp --platform manylinux2014_x86_64 \
+	  --platform manylinux_2_28_x86_64 $(GPU_PACKAGES)
+	touch $@
+
+gpu-check:
+	$(GPU_PYTHON) benchmarks/gpu_check.py --check-device
+	$(MAKE) --no-print-directory $(GPU_WHEELS)/.fetched
+	$(GPU_PYTHON) -m pip install -q --no-index --no-deps --upgrade --target $(GPU_SITE) $(GPU_WHEELS)/*.whl
+	PYTHONPATH=$(GPU_SITE) $(GPU_PYTHON) benchmarks/gpu_check.py $(if $(OUT),--out $(OUT))
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -74,4 +97,4 @@ run: $(STAMP)
 	$(VENV)/bin/trinity run --config examples/quickstart/config.yaml --output runs/quickstart
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(GPU_WHEELS) $(GPU_SITE)

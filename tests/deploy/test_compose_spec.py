@@ -122,6 +122,16 @@ def test_the_quickstart_profile_submits_through_the_gateway_and_follows_the_run(
     assert set(quickstart["depends_on"]) == set(TRINITY)
 
 
+def test_the_data_parallel_profile_adds_rank_1_joining_the_trainer():
+    services = resolved(BASE)["services"]
+    rank = services["trainer-rank"]
+    assert rank["profiles"] == ["data-parallel"]
+    assert rank["image"] == services["trainer"]["image"] and rank["entrypoint"] == ["trinity-trainer-rank"]
+    env = rank["environment"]
+    assert [env[k] for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")] == ["1", "2", "trainer", "29500"]
+    assert ("trinity-data", "/data") in {(m.source, m.target) for m in mounts(rank)}  # model and checkpoint shards
+
+
 def test_the_gpu_override_reserves_gpus_and_switches_to_cuda_images():
     services = resolved(GPU)["services"]
     for name in ("explorer", "trainer"):

@@ -1,15 +1,18 @@
 """deploy/k8s: both overlays build, every manifest validates against the Kubernetes API schemas, and the
-settings that matter (probes, GPUs, Redis isolation, images) are what the README promises."""
+settings that matter (probes, GPUs, Redis isolation, images, the trainer's ranks) are what the README promises."""
 
 from __future__ import annotations
 
 import base64
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
 import yaml
+
+from trinity.config.trainer import TorchTrainerConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
@@ -57,6 +60,16 @@ def tls_overlay(k8s) -> dict:
         yaml.safe_dump({"resources": ["../k8s/overlays/cpu"], "components": ["../k8s/components/tls"]})
     )
     return render(mine)
+
+
+@pytest.fixture(scope="module", params=OVERLAYS)
+def data_parallel_overlay(request, k8s) -> tuple[str, dict]:
+    """An operator's overlay: one of the two plus the data-parallel component (N = 2 as it ships)."""
+    mine = k8s.parent / f"dp-{request.param}"
+    mine.mkdir()
+    component = {"resources": [f"../k8s/overlays/{request.param}"], "components": ["../k8s/components/data-parallel"]}
+    (mine / "kustomization.yaml").write_text(yaml.safe_dump(component))
+    return request.param, render(mine)
 
 
 def _container(docs: dict, name: str) -> dict:
@@ -235,3 +248,92 @@ def test_models_and_checkpoints_live_on_the_shared_volume(overlay):
         mounts = {m["mountPath"]: m["name"] for m in pod["containers"][0]["volumeMounts"]}
         assert claims[mounts["/data"]] == "trinity-data", service  # TRINITY_MODEL_CACHE, TRINITY_RUNS_DIR: /data
     assert docs[("PersistentVolumeClaim", "trinity-data")]["spec"]["accessModes"] == ["ReadWriteMany"]
+
+
+def _env(container: dict) -> dict[str, dict]:
+    return {e["name"]: e for e in container["env"]}
+
+
+def test_without_the_data_parallel_component_the_trainer_is_one_rank(overlay):
+    _, docs = overlay
+    followers = docs[("StatefulSet", "trainer-rank")]
+    assert followers["spec"]["replicas"] == 0
+    assert _env(followers["spec"]["template"]["spec"]["containers"][0])["WORLD_SIZE"]["value"] == "1"
+
+
+def test_with_the_data_parallel_component_every_manifest_still_validates(data_parallel_overlay):
+    _validate(data_parallel_overlay[1])
+
+
+def test_followers_are_ranks_1_to_n_minus_1_of_a_world_of_n(data_parallel_overlay):
+    _, docs = data_parallel_overlay
+    followers = docs[("StatefulSet", "trainer-rank")]["spec"]
+    env = _env(followers["template"]["spec"]["containers"][0])
+    world = int(env["WORLD_SIZE"]["value"])
+    assert world == 2 and followers["replicas"] == world - 1
+    # Pod indexes start at 1 and are the ranks; rank 0 is the trainer service's own pod.
+    assert followers["ordinals"] == {"start": 1}
+    assert env["RANK"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.labels['apps.kubernetes.io/pod-index']"
+    assert followers["podManagementPolicy"] == "Parallel"
+    assert docs[("Deployment", "trainer")]["spec"]["replicas"] == 1
+
+
+def test_followers_rendezvous_at_rank_0s_stable_name_on_the_headless_service(data_parallel_overlay):
+    _, docs = data_parallel_overlay
+    followers = docs[("StatefulSet", "trainer-rank")]["spec"]
+    env = _env(followers["template"]["spec"]["containers"][0])
+    leader = docs[("Deployment", "trainer")]
+    pod = leader["spec"]["template"]["spec"]
+    # A Deployment pod gets <hostname>.<subdomain> in DNS from a headless Service named <subdomain> that selects it;
+    # Recreate keeps one pod at a time on that name.
+    assert env["MASTER_ADDR"]["value"] == f"{pod['hostname']}.{pod['subdomain']}" == "trainer-0.trainer-ranks"
+    assert leader["spec"]["strategy"]["type"] == "Recreate"
+    ranks = docs[("Service", pod["subdomain"])]["spec"]
+    assert ranks["clusterIP"] == "None" and ranks["publishNotReadyAddresses"] is True
+    assert followers["serviceName"] == pod["subdomain"]
+    for labels in (leader["spec"]["template"]["metadata"]["labels"], followers["template"]["metadata"]["labels"]):
+        assert ranks["selector"].items() <= labels.items()
+    assert [p["port"] for p in ranks["ports"]] == [int(env["MASTER_PORT"]["value"])]
+    # ...and the trainer Service reaches rank 0 only, never a follower (which serves no gRPC).
+    trainer_selector = docs[("Service", "trainer")]["spec"]["selector"]
+    assert not trainer_selector.items() <= followers["template"]["metadata"]["labels"].items()
+
+
+def test_followers_run_the_rank_entry_point_of_the_trainer_image_with_its_resources(data_parallel_overlay):
+    name, docs = data_parallel_overlay
+    follower = docs[("StatefulSet", "trainer-rank")]["spec"]["template"]["spec"]
+    container, leader = follower["containers"][0], _container(docs, "trainer")
+    assert container["command"] == ["trinity-trainer-rank"]
+    scripts = tomllib.loads((ROOT / "services" / "trainer" / "pyproject.toml").read_text())["project"].get(
+        "scripts", {}
+    )
+    assert "trinity-trainer-rank" in scripts  # the trainer distribution installs it in the image
+    assert container["image"] == leader["image"]
+    assert container["resources"] == leader["resources"]
+    if name == "gpu":
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+        assert follower["tolerations"] == docs[("Deployment", "trainer")]["spec"]["template"]["spec"]["tolerations"]
+    assert follower["securityContext"]["runAsNonRoot"] is True
+    claims = {
+        v["name"]: v["persistentVolumeClaim"]["claimName"] for v in follower["volumes"] if "persistentVolumeClaim" in v
+    }
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert claims[mounts["/data"]] == "trinity-data"  # the model and every rank's checkpoint shards
+
+
+def test_the_run_settings_the_component_names_are_a_valid_trainer_section(data_parallel_overlay):
+    _, docs = data_parallel_overlay
+    env = _env(docs[("StatefulSet", "trainer-rank")]["spec"]["template"]["spec"]["containers"][0])
+    section = {
+        "data_parallel_size": int(env["WORLD_SIZE"]["value"]),
+        "local_ranks": 1,
+        "master_addr": env["MASTER_ADDR"]["value"],
+        "master_port": int(env["MASTER_PORT"]["value"]),
+    }
+    comment = (K8S / "components" / "data-parallel" / "kustomization.yaml").read_text()
+    assert (
+        "trainer: {data_parallel_size: N, local_ranks: 1, master_addr: trainer-0.trainer-ranks, master_port: 29500}"
+        in comment
+    )
+    trainer = TorchTrainerConfig.model_validate(section)
+    assert (trainer.master_addr, trainer.master_port, trainer.local_ranks) == ("trainer-0.trainer-ranks", 29500, 1)

@@ -15,6 +15,9 @@ import json
 import os
 import random
 import shutil
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,6 +77,14 @@ def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
+@contextmanager
+def _one_or_all_ranks() -> Iterator[None]:
+    """DCP warns on every single-process save and load; one process is a layout this backend intends."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
+
+
 def _barrier() -> None:
     if _distributed():
         dist.barrier()
@@ -105,7 +116,8 @@ def save(
     _barrier()
     try:
         models, optim = get_state_dict(_Trained(policy, critic), optimizer)
-        dcp.save({"model": models, "optimizer": optim}, checkpoint_id=str(tmp / "dcp"), no_dist=not _distributed())
+        with _one_or_all_ranks():
+            dcp.save({"model": models, "optimizer": optim}, checkpoint_id=str(tmp / "dcp"), no_dist=not _distributed())
         if rank == 0:
             torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
             torch.save(_rng_state(generator), tmp / "rng.pt")
@@ -151,7 +163,8 @@ def load(
     ckpt = resolve(path)
     trained = _Trained(policy, critic)
     models, optim = get_state_dict(trained, optimizer)
-    dcp.load({"model": models, "optimizer": optim}, checkpoint_id=str(ckpt / "dcp"), no_dist=not _distributed())
+    with _one_or_all_ranks():
+        dcp.load({"model": models, "optimizer": optim}, checkpoint_id=str(ckpt / "dcp"), no_dist=not _distributed())
     set_state_dict(trained, optimizer, model_state_dict=models, optim_state_dict=optim)
     scheduler.load_state_dict(torch.load(ckpt / "scheduler.pt", weights_only=False))
     _set_rng_state(torch.load(ckpt / "rng.pt", weights_only=False), generator)

@@ -25,8 +25,9 @@ from trinity.models import resolve_model_path
 from trinity.runtime.errors import one_line
 from trinity.runtime.logging import get_logger
 from trinity.runtime.run_host import ReportingRunner
-from trinity.trainer.backend import TrainerBackend, build_backend
+from trinity.trainer.backend import TrainerBackend
 from trinity.trainer.metrics import record_step
+from trinity.trainer.ranks import ReplicatedBackend, build_run_backend
 from trinity.trainer.weight_publisher import FormingStopped, WeightPublisher
 from trinity.v1 import common_pb2, explorer_pb2
 
@@ -124,6 +125,8 @@ class TrainerRunner(ReportingRunner):
         finally:
             if self.publisher is not None:
                 self.publisher.close()
+            if isinstance(self.backend, ReplicatedBackend):
+                self.backend.close()  # the followers leave and the process group goes: the next run makes its own
             self.buffer.close()
 
     def _run(self) -> Path | None:
@@ -134,7 +137,8 @@ class TrainerRunner(ReportingRunner):
             import torch
 
             torch.set_num_threads(threads)
-        backend = self.backend = build_backend(with_model_dir(cfg), self.stage_dir / "checkpoints")
+        checkpoints = self.stage_dir / "checkpoints"
+        backend = self.backend = build_run_backend(with_model_dir(cfg), checkpoints, run_id=self.run_id)
         self._resume(backend)
         # The same instance id restarted: what this consumer held when it died is ours to train again.
         self.buffer.nack(self.stream, self.instance_id, all_pending=True)

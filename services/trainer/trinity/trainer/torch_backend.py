@@ -79,6 +79,8 @@ class TorchBackend(PolicyForward):
         self.ranks = Ranks.current()
         self.ranks.check(self.trainer)
         self.device = resolve_device(self.trainer.device)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)  # NCCL and FSDP2 use the current device of each rank
         self.precision = resolve_precision(self.trainer, config.model.dtype, self.device, self.ranks.sharded)
         torch.manual_seed(config.seed)
         self.generator = torch.Generator().manual_seed(config.seed)

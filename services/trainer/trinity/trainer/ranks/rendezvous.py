@@ -1,0 +1,116 @@
+"""How the ranks of one run find each other: a TCPStore on rank 0, the run announced in it, the groups.
+
+Rank 0 hosts the store at `master_addr:master_port` and writes the run's `Announcement` (config, checkpoint
+directory, run id, a fresh token). A follower connects, reads it, and from then on uses only keys under the
+token (`joined/<rank>`, `ready/<rank>`, `error/<rank>`), so a persistent follower can never mistake the store
+of the run that just ended for the next one. Then every rank builds the same groups: the default process
+group (the backend's collectives) and two gloo groups of the command loop.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from trinity.config import TorchTrainerConfig
+
+RUN_KEY = "trinity/run"
+NEXT_KEY = "trinity/after/"  # + a run's token: the run announced after it (what its persistent followers wait on)
+# Followers wait for the next command for as long as the trainer waits for data: no timeout that matters.
+IDLE_TIMEOUT = timedelta(days=365)
+
+
+@dataclass(frozen=True)
+class Announcement:
+    token: str
+    run_id: str
+    config_json: str  # the run config rank 0 builds its backend with (`model.path` a directory)
+    checkpoint_dir: str | None
+
+    def encode(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def decode(cls, data: bytes) -> Announcement:
+        return cls(**json.loads(data))
+
+
+@dataclass(frozen=True)
+class Groups:
+    commands: dist.ProcessGroup  # rank 0 broadcasts `(method, args)`; followers wait on it while idle
+    replies: dist.ProcessGroup  # every rank's result, gathered to rank 0 within `command_timeout_s`
+
+
+# One store per rendezvous address for the life of the trainer process, reused by each run (every run's keys
+# are under its own token): a fixed `master_port` is then never rebound while a finished run's objects (or
+# torch's caches of them) still hold the old store, and persistent followers always find it.
+_hosted: dict[tuple[str, int | None], dist.TCPStore] = {}
+_hosted_lock = threading.Lock()
+
+
+def host_run(
+    addr: str, port: int | None, run_id: str, config_json: str, checkpoint_dir: str | None, timeout_s: float
+) -> tuple[dist.PrefixStore, int]:
+    """Rank 0: announce a run in this process's store at `addr:port` (None = a free port); the store of the
+    run's keys and the port."""
+    with _hosted_lock:
+        store = _hosted.get((addr, port))
+        if store is None:
+            store = dist.TCPStore(addr, port or 0, None, True, timedelta(seconds=timeout_s), wait_for_workers=False)
+            _hosted[(addr, port)] = store
+    store.set_timeout(timedelta(seconds=timeout_s))
+    token = uuid.uuid4().hex
+    announcement = Announcement(token, run_id, config_json, checkpoint_dir).encode()
+    if store.check([RUN_KEY]):
+        store.set(NEXT_KEY + Announcement.decode(store.get(RUN_KEY)).token, announcement)
+    store.set(RUN_KEY, announcement)
+    return dist.PrefixStore(token, store), int(store.port)
+
+
+class JoinTimeout(TimeoutError):
+    """No run was announced at the rendezvous address in time."""
+
+
+def join_run(
+    addr: str, port: int, timeout_s: float, previous_token: str | None
+) -> tuple[dist.PrefixStore, Announcement]:
+    """A follower: the next run announced at `addr:port` (not `previous_token`'s), within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            store = dist.TCPStore(addr, port, None, False, timedelta(seconds=left))
+            announcement = Announcement.decode(store.get(RUN_KEY))
+            if announcement.token == previous_token:  # the store of the run just served: wait for the next
+                store.wait([NEXT_KEY + announcement.token], timedelta(seconds=max(0.001, deadline - time.monotonic())))
+                announcement = Announcement.decode(store.get(NEXT_KEY + announcement.token))
+        except dist.DistError:  # nobody listened in time, the store went away (a restarted trainer), or no run came
+            time.sleep(0.5)
+            continue
+        return dist.PrefixStore(announcement.token, store), announcement
+    raise JoinTimeout(f"no trainer run announced at {addr}:{port} within {timeout_s:.0f}s")
+
+
+def init_groups(store: dist.Store, rank: int, world_size: int, trainer: TorchTrainerConfig) -> Groups:
+    """The default process group and the command loop's groups, on every rank in the same order."""
+    backend = trainer.distributed_backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    dist.init_process_group(
+        backend,
+        store=dist.PrefixStore("pg", store),
+        rank=rank,
+        world_size=world_size,
+        timeout=timedelta(seconds=trainer.collective_timeout_s),
+    )
+    commands = dist.new_group(backend="gloo", timeout=IDLE_TIMEOUT)
+    replies = dist.new_group(backend="gloo", timeout=timedelta(seconds=trainer.command_timeout_s))
+    return Groups(commands, replies)
+
+
+def ranks_with(store: dist.Store, key: str, ranks: range) -> list[int]:
+    return [r for r in ranks if store.check([f"{key}/{r}"])]

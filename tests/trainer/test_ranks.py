@@ -1,0 +1,159 @@
+"""The ranks of a data-parallel trainer: real follower processes, real gloo, the tiny model, on the CPU.
+
+Until the FSDP core lands, a `TorchBackend` on N ranks trains N identical full replicas (same seed, same
+whole batch), so replicas that kept in step have equal weights.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch.distributed as dist
+from pydantic import ValidationError
+from trainer_helpers import grouped_rollouts, run_config
+
+from trinity.config import RunConfig
+from trinity.runtime.redis_server import free_port
+from trinity.trainer.ranks import RankFailure, ReplicatedBackend
+from trinity.trainer.ranks.follower import RankEnv
+
+# Bounds, not expectations: every wait below ends on an event long before these.
+_LIMITS = {"start_timeout_s": 120.0, "command_timeout_s": 120.0, "collective_timeout_s": 120.0}
+
+
+def _config(model: Path, **trainer: Any) -> RunConfig:
+    return run_config(model, "grpo", total_steps=4, data_parallel_size=2, **{**_LIMITS, **trainer})
+
+
+@pytest.fixture
+def remote_follower() -> Iterator[Any]:
+    """Start a follower as another host would (its own environment, not the leader's child); stopped after."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(port: int, *args: str, world_size: int = 2) -> subprocess.Popen[bytes]:
+        env = {**os.environ, "RANK": "1", "WORLD_SIZE": str(world_size), "LOCAL_RANK": "0"}
+        env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "TRINITY_TRAINER_THREADS": "1"})
+        cmd = [sys.executable, "-m", "trinity.trainer.ranks.follower", "--join-timeout", "120", *args]
+        procs.append(subprocess.Popen(cmd, env=env))
+        return procs[-1]
+
+    yield start
+    for p in procs:
+        p.kill()
+        p.wait(10)
+
+
+def test_two_ranks_train_in_step_even_after_an_abandoned_weights_stream(tiny_model: Path) -> None:
+    backend = ReplicatedBackend(_config(tiny_model), None, run_id="dp2")
+    try:
+        before = backend.rank_states()
+        backend.train_step(grouped_rollouts(2, 4, seed=1))
+        stream = backend.named_weights()
+        next(stream)  # a consumer that stops early: every rank must still finish the stream
+        del stream
+        backend.train_step(grouped_rollouts(2, 4, seed=2))
+        after = backend.rank_states()
+    finally:
+        backend.close()
+    assert (backend.step, backend.model_version) == (2, 2)  # still reported after the run
+    assert [s["step"] for s in after] == [2, 2]
+    assert [s["model_version"] for s in after] == [2, 2]
+    assert after[1]["weights_digest"] == after[0]["weights_digest"]
+    assert before[1]["weights_digest"] == before[0]["weights_digest"] != after[0]["weights_digest"]
+    assert not dist.is_initialized()  # destroyed with the run: the trainer can train another
+    assert backend.local_followers.exited() == {1: 0}  # `--once`: the follower left when the run ended
+
+
+def test_a_killed_follower_fails_the_next_call_quickly_naming_rank_and_exit_code(tiny_model: Path) -> None:
+    backend = ReplicatedBackend(_config(tiny_model), None, run_id="dp2-kill")
+    try:
+        backend.train_step(grouped_rollouts(2, 4, seed=1))
+        os.kill(backend.local_followers.pid(1), signal.SIGKILL)
+        started = time.monotonic()
+        with pytest.raises(RankFailure) as failure:
+            backend.train_step(grouped_rollouts(2, 4, seed=2))
+        seconds = time.monotonic() - started
+        with pytest.raises(RankFailure, match="were stopped"):
+            backend.train_step(grouped_rollouts(2, 4, seed=3))
+    finally:
+        backend.close()
+    assert failure.value.ranks == {1: "exit code -9 (SIGKILL)"}
+    assert seconds < _LIMITS["collective_timeout_s"] / 4  # noticed, not timed out
+    assert not dist.is_initialized()
+
+
+def test_a_follower_that_never_comes_fails_the_start_naming_rank_and_address(tiny_model: Path) -> None:
+    config = _config(tiny_model, local_ranks=1, start_timeout_s=1.0)  # rank 1 belongs to another host
+    with pytest.raises(RankFailure, match=r"rank\(s\) \[1\] did not join at 127\.0\.0\.1:\d+ within 1s") as failure:
+        ReplicatedBackend(config, None, run_id="alone")
+    assert failure.value.ranks == {1: "did not join"}
+    assert not dist.is_initialized()
+
+
+def test_a_follower_error_reaches_the_leader_with_its_traceback(tiny_model: Path, remote_follower: Any) -> None:
+    port = free_port()
+    follower = remote_follower(port, "--once", world_size=3)  # the run has 2 ranks
+    with pytest.raises(RankFailure) as failure:
+        ReplicatedBackend(_config(tiny_model, local_ranks=1, master_port=port), None, run_id="mismatch")
+    report = failure.value.ranks[1]
+    assert "Traceback" in report
+    assert "WORLD_SIZE=3 but the run's trainer.data_parallel_size is 2" in report
+    assert follower.wait(60) == 1
+
+
+def test_a_persistent_follower_serves_one_run_after_another(tiny_model: Path, remote_follower: Any) -> None:
+    port = free_port()
+    follower = remote_follower(port)  # no --once: it waits for the next run
+    steps = []
+    for run in range(2):
+        backend = ReplicatedBackend(_config(tiny_model, local_ranks=1, master_port=port), None, run_id=f"r{run}")
+        try:
+            backend.train_step(grouped_rollouts(2, 4, seed=run))
+            steps.append([s["step"] for s in backend.rank_states()])
+        finally:
+            backend.close()
+        assert follower.poll() is None
+    assert steps == [[1, 1], [1, 1]]  # each run starts afresh on both ranks
+
+
+def test_a_follower_with_no_run_to_join_gives_up_after_its_join_timeout() -> None:
+    port = free_port()  # nobody listens there
+    env = {**os.environ, "RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    cmd = [sys.executable, "-m", "trinity.trainer.ranks.follower", "--join-timeout", "1"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert f"no trainer run announced at 127.0.0.1:{port} within 1s" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"WORLD_SIZE": "2", "MASTER_PORT": "29500"}, "RANK is not set"),
+        ({"RANK": "one", "WORLD_SIZE": "2", "MASTER_PORT": "29500"}, "RANK='one' is not an integer"),
+        ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "29500"}, "RANK=0: a follower is rank 1..WORLD_SIZE-1"),
+        ({"RANK": "1", "WORLD_SIZE": "2"}, "MASTER_PORT is not set"),
+    ],
+)
+def test_a_follower_names_the_rank_variable_that_is_missing_or_wrong(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], message: str
+) -> None:
+    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        RankEnv.from_environ()
+
+
+def test_more_local_ranks_than_ranks_is_refused(tiny_model: Path) -> None:
+    with pytest.raises(ValidationError, match=r"trainer.local_ranks: 3 exceeds trainer.data_parallel_size \(2\)"):
+        _config(tiny_model, local_ranks=3)
