@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from trinity.sync import (
     ChecksumMismatch,
     NoUpdateYet,
     StaleVersion,
+    SyncError,
     SyncGroupSpec,
     open_receiver,
     open_sender,
@@ -108,3 +110,16 @@ def test_restarted_sender_does_not_publish_an_older_version(tmp_path: Path) -> N
     restarted.init()
     with pytest.raises(StaleVersion):
         restarted.start(3)
+
+
+def test_a_disk_failure_mid_version_is_a_sync_error_and_the_version_can_be_published_again(tmp_path: Path) -> None:
+    sender = CheckpointSender(_spec(tmp_path))
+    sender.init()
+    sender.start(1)
+    assert sender._tmp is not None
+    shutil.rmtree(sender._tmp)  # the shared directory lost the version being written
+    with pytest.raises(SyncError, match="chunk 0 of version 1"):
+        sender.update(_weights(1).items())
+    sender.close()  # what the publisher does before it re-forms the group and retries
+    report = sender.publish(1, _weights(1).items())
+    assert report.tensors == len(_weights(1))

@@ -66,12 +66,15 @@ def test_two_receivers_get_exact_tensors_and_increasing_versions(receivers: Rece
 @pytest.mark.parametrize(
     ("bucket_bytes", "expected_buckets"),
     [
-        (1000, None),  # smaller than most tensors: tensors are split across buckets
-        (64 * 2**20, 1),  # larger than everything: one broadcast for the whole chunk
+        # Smaller than most tensors: publish() cuts chunks of at most 1000 bytes, so each large tensor is a
+        # chunk of its own split across buckets (6144 -> 7, 1152 -> 2, 3840 -> 4) and the three small ones
+        # share one chunk of 320 bytes (1 bucket).
+        (1000, 14),
+        (64 * 2**20, 1),  # larger than everything: one chunk, one broadcast
     ],
 )
 def test_bucket_smaller_than_a_tensor_and_larger_than_all_both_work(
-    receivers: Receivers, bucket_bytes: int, expected_buckets: int | None
+    receivers: Receivers, bucket_bytes: int, expected_buckets: int
 ) -> None:
     rendezvous = reserve_rendezvous(_spec(1, bucket_mb=bucket_bytes / 2**20))
     receivers.spawn(rendezvous.spec, {1: ["ok"]})
@@ -83,7 +86,7 @@ def test_bucket_smaller_than_a_tensor_and_larger_than_all_both_work(
 
     # Each tensor is padded to a 64-byte boundary: 6144 + 1152 + 3840 + (96->128) + (120->128) + (4->64) = 11456.
     assert report.bytes == 11456
-    assert report.buckets == (expected_buckets or -(-11456 // bucket_bytes))
+    assert report.buckets == expected_buckets
     (item,) = results_by_rank(receivers.results, 1)[1]
     assert item[2] == "ok"
     _assert_exact(unpack(item[4]), item[5], weights)

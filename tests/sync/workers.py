@@ -12,9 +12,8 @@ from typing import Any
 
 import torch
 
-from trinity.sync import ChecksumMismatch, SyncError, SyncGroupSpec
+from trinity.sync import ChecksumMismatch, SyncError, SyncGroupSpec, SyncReceiver, open_receiver
 from trinity.sync.checksum import checksum_bytes, tensor_bytes
-from trinity.sync.collective import WeightReceiver
 
 
 def pack(named: dict[str, torch.Tensor]) -> bytes:
@@ -47,13 +46,14 @@ def receiver_main(spec_json: str, rank: int, plan: list[str], results: Queue, co
     """
     torch.set_num_threads(1)
     spec = SyncGroupSpec.model_validate_json(spec_json)
-    receiver: WeightReceiver | None = None
+    receiver: SyncReceiver | None = None
     try:
         for step in plan:
             if receiver is None:
                 hook = HOOKS.get(step)
                 # Even ranks reuse their buffers across versions, odd ranks allocate: both paths get exercised.
-                receiver = WeightReceiver(spec, rank, bucket_hook=hook, reuse_buffers=rank % 2 == 0)
+                # CPU tensors: gloo, or cuda_ipc through host shared memory standing in for GPU memory.
+                receiver = open_receiver(spec, rank, device="cpu", bucket_hook=hook, reuse_buffers=rank % 2 == 0)
                 receiver.init()
             try:
                 started = time.monotonic()
@@ -63,7 +63,8 @@ def receiver_main(spec_json: str, rank: int, plan: list[str], results: Queue, co
                 results.put((rank, step, "ok", version, pack(named), sums))
             except ChecksumMismatch as err:
                 results.put((rank, step, "checksum_mismatch", None, b"", {"error": str(err)}))
-                receiver._bucket_hook = None  # the group survives a refused version; corrupt only the first
+                # The group survives a refused version; corrupt only the first.
+                receiver._bucket_hook = None  # type: ignore[attr-defined]
             except SyncError as err:
                 elapsed = time.monotonic() - started
                 results.put((rank, step, "sync_error", None, b"", {"error": str(err), "seconds": elapsed}))

@@ -1,4 +1,4 @@
-"""Forming a weight-sync generation against a live gateway, when membership changes while it forms."""
+"""The publisher against a live gateway: forming a generation while membership changes, and what a publish reads."""
 
 from __future__ import annotations
 
@@ -8,12 +8,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import ServiceProcess
 from tests.e2e.conftest import tiny_config
 from trinity.clients import GatewayClient
 from trinity.config import SynchronizerConfig
+from trinity.models.digest import weights_digest
 from trinity.sdk import TrinityClient
+from trinity.sync.placement import host_id
 from trinity.trainer.weight_publisher import FormingStopped, WeightPublisher
 
 
@@ -97,3 +100,27 @@ def test_a_generation_closed_while_it_forms_is_replaced_by_the_next(gateway, uni
     trainer.join(timeout=30)
     assert not trainer.is_alive(), "the trainer kept waiting on the closed generation"
     assert publisher.generation == 2 and opened["seconds"] < 60
+
+
+def test_a_publish_reads_the_weights_once_and_reports_their_digest_and_placement(gateway, unique, tmp_path):
+    """One pass over `named_weights()` per attempt: from a sharded trainer each pass is a gather on every rank."""
+    weights = {"model.embed_tokens.weight": torch.randn(64, 8), "model.layers.0.mlp.up_proj.weight": torch.randn(8, 8)}
+    passes = []
+
+    def named_weights():
+        passes.append(1)
+        yield from weights.items()
+
+    publisher = _publisher(gateway, unique, tmp_path)
+    trainer = threading.Thread(target=publisher.open, daemon=True)
+    trainer.start()
+    _wait_for_generation(gateway, unique, 1)
+    gateway.join_sync_group(unique, "explorer-a", False, host_id="elsewhere/1")
+    trainer.join(timeout=30)
+    metrics = publisher.publish(1, named_weights)
+    publisher.close()
+
+    assert len(passes) == 1
+    assert metrics["weights_digest"] == float(weights_digest(weights.items()))
+    members = gateway.sync_group(unique).members
+    assert [(m.instance_id, m.host_id) for m in members] == [("trainer-0", host_id()), ("explorer-a", "elsewhere/1")]

@@ -112,7 +112,11 @@ KINDS: Mapping[str, Kind] = {
     # weight sync
     "sync_backend": Kind(
         "trinity.sync_backends",
-        {**_same("trinity.sync.collective", "gloo", "nccl"), "checkpoint": "trinity.sync.checkpoint"},
+        {
+            **_same("trinity.sync.collective", "gloo", "nccl"),
+            "cuda_ipc": "trinity.sync.cuda_ipc",
+            "checkpoint": "trinity.sync.checkpoint",
+        },
     ),
     "checksum": Kind("trinity.checksums", _same("trinity.sync.checksum", "xxh3_64", "crc32")),
 }

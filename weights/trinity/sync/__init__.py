@@ -1,8 +1,9 @@
 """Weight sync: the trainer pushes new weights into explorer workers.
 
 A named interface (`SyncSender` / `SyncReceiver`) with a process-group implementation (gloo on CPU,
-NCCL on GPU: `WeightSender` / `WeightReceiver`) and a shared-directory fallback (`CheckpointSender` /
-`CheckpointReceiver`), chosen by `SyncGroupSpec.backend` through `open_sender` / `open_receiver`.
+NCCL on GPU: `WeightSender` / `WeightReceiver`), shared GPU memory for members on one GPU (`cuda_ipc`:
+`IpcSender` / `IpcReceiver`) and a shared-directory fallback (`CheckpointSender` / `CheckpointReceiver`),
+chosen by `SyncGroupSpec.backend` through `open_sender` / `open_receiver`.
 
 `SyncGroupSpec` and the errors import without torch (the Gateway needs only those); everything else
 is loaded on first use.
@@ -19,6 +20,8 @@ from trinity.sync.spec import Rendezvous, SyncGroupSpec, reserve_rendezvous
 _LAZY = {
     "CheckpointReceiver": "trinity.sync.checkpoint",
     "CheckpointSender": "trinity.sync.checkpoint",
+    "IpcReceiver": "trinity.sync.cuda_ipc",
+    "IpcSender": "trinity.sync.cuda_ipc",
     "WeightReceiver": "trinity.sync.collective",
     "WeightSender": "trinity.sync.collective",
     "BACKENDS": "trinity.sync.interface",
@@ -45,6 +48,8 @@ __all__ = [
     "CheckpointReceiver",
     "CheckpointSender",
     "ChecksumMismatch",
+    "IpcReceiver",
+    "IpcSender",
     "LoadFn",
     "NoUpdateYet",
     "Rendezvous",

@@ -28,7 +28,7 @@ from safetensors.torch import save as save_safetensors
 
 from trinity.runtime.logging import get_logger
 from trinity.sync.checksum import CHECKSUMS
-from trinity.sync.errors import ChecksumMismatch, NoUpdateYet, StaleVersion, SyncError
+from trinity.sync.errors import ChecksumMismatch, NoUpdateYet, StaleVersion, SyncError, as_sync_error
 from trinity.sync.interface import NamedTensors, SyncReceiver, SyncReport, SyncSender, register_sync_backend
 from trinity.sync.spec import SyncGroupSpec
 
@@ -92,6 +92,10 @@ class CheckpointSender(SyncSender):
     def update(self, named_tensors: NamedTensors) -> None:
         if self._tmp is None or self._report is None:
             raise SyncError("update() outside start()/finish()")
+        with as_sync_error(f"checkpoint {self.root}: chunk {len(self._files)} of version {self._version}"):
+            self._write_chunk(named_tensors, self._tmp, self._report)
+
+    def _write_chunk(self, named_tensors: NamedTensors, tmp: Path, report: SyncReport) -> None:
         tensors: dict[str, torch.Tensor] = {}
         order, seen_storage = [], set()
         for name, tensor in named_tensors:
@@ -105,28 +109,19 @@ class CheckpointSender(SyncSender):
             order.append(name)
         data = save_safetensors(tensors, metadata={"format": "pt"})
         file = f"model-{len(self._files):05d}.safetensors"
-        (self._tmp / file).write_bytes(data)
+        (tmp / file).write_bytes(data)
         self._files.append(
             {"file": file, "bytes": len(data), "checksum": _checksum(self.spec.checksum, data), "names": order}
         )
-        self._report.tensors += len(order)
-        self._report.bytes += len(data)
-        self._report.buckets += 1
+        report.tensors += len(order)
+        report.bytes += len(data)
+        report.buckets += 1
 
     def finish(self, version: int) -> SyncReport:
         if self._version != version or self._tmp is None or self._report is None:
             raise SyncError(f"finish({version}) does not match the open version {self._version}")
-        manifest = {"format": FORMAT, "version": version, "checksum": self.spec.checksum, "files": self._files}
-        (self._tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
-        for file in self._tmp.iterdir():
-            _fsync(file)
-        final = version_dir(self.root, version)
-        os.rename(self._tmp, final)
-        latest_tmp = self.root / f".{LATEST}.{uuid.uuid4().hex[:8]}"
-        latest_tmp.write_text(f"{version}\n")
-        _fsync(latest_tmp)
-        os.replace(latest_tmp, self.root / LATEST)
-        _fsync(self.root)
+        with as_sync_error(f"checkpoint {self.root}: finish of version {version}"):
+            final = self._commit(version, self._tmp)
         report = self._report
         report.seconds = time.perf_counter() - self._started_at
         self.last_version, self._version, self._tmp, self._report = version, None, None, None
@@ -134,15 +129,35 @@ class CheckpointSender(SyncSender):
         log.info("weights.published", group=self.spec.name, version=version, path=str(final), bytes=report.bytes)
         return report
 
+    def _commit(self, version: int, tmp: Path) -> Path:
+        """Manifest, fsync, rename into place, then LATEST: a reader sees the whole version or none of it."""
+        manifest = {"format": FORMAT, "version": version, "checksum": self.spec.checksum, "files": self._files}
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        for file in tmp.iterdir():
+            _fsync(file)
+        final = version_dir(self.root, version)
+        os.rename(tmp, final)
+        latest_tmp = self.root / f".{LATEST}.{uuid.uuid4().hex[:8]}"
+        latest_tmp.write_text(f"{version}\n")
+        _fsync(latest_tmp)
+        os.replace(latest_tmp, self.root / LATEST)
+        _fsync(self.root)
+        return final
+
     def _prune(self) -> None:
         versions = sorted(p for p in self.root.glob("v" + "[0-9]" * 12) if p.is_dir())
         for old in versions[: -self.keep]:
             shutil.rmtree(old, ignore_errors=True)
 
+    def abandon(self, reason: str) -> None:
+        # Readers never saw the temporary directory, so the next start() can simply begin again.
+        log.warning("weights.abandoned", group=self.spec.name, version=self._version, reason=reason)
+        self.close()
+
     def close(self) -> None:
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
-        self._tmp, self._version = None, None
+        self._tmp, self._version, self._report = None, None, None
 
 
 class CheckpointReceiver(SyncReceiver):

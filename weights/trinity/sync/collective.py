@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from typing import Any
 
 import torch
 
@@ -36,8 +37,72 @@ BucketHook = Callable[[int, int, torch.Tensor], None]
 """`hook(chunk_index, bucket_index, bucket_bytes)` called on a received bucket before it is verified."""
 
 
-def _doorbell(seq: int) -> str:
+def doorbell(seq: int) -> str:
+    """The store key rank 0 sets when update `seq` (1, 2, ...) begins; its value is the version."""
     return f"update/{seq}"
+
+
+def wait_for_doorbell(store: Any, seq: int, spec: SyncGroupSpec, idle_timeout_s: float | None) -> None:
+    """Idle receivers wait here, on the store (any duration), rather than inside a collective."""
+    wait_s = spec.timeout_s if idle_timeout_s is None else idle_timeout_s
+    try:
+        store.wait([doorbell(seq)], timedelta(seconds=wait_s))
+    except Exception as err:
+        raise NoUpdateYet(f"no weight update from the trainer within {wait_s}s (or it is gone): {err}") from err
+
+
+class StreamBuffers:
+    """A receiver's chunk buffers; with `reuse`, each version is received into the previous one's buffers."""
+
+    def __init__(self, device: torch.device, reuse: bool) -> None:
+        self.device, self.reuse = device, reuse
+        self._buffers: list[torch.Tensor] = []
+
+    def get(self, chunk: int, size: int) -> torch.Tensor:
+        if not self.reuse:
+            return torch.empty(size, dtype=torch.uint8, device=self.device)
+        if chunk < len(self._buffers) and self._buffers[chunk].numel() >= size:
+            return self._buffers[chunk][:size]
+        buffer = torch.empty(size, dtype=torch.uint8, device=self.device)
+        self._buffers[chunk : chunk + 1] = [buffer]
+        return buffer
+
+    def clear(self) -> None:
+        self._buffers = []
+
+
+def verdict(
+    version: int, finished: int, received: list[list[int]], sent: list[list[int]], served: int | None
+) -> tuple[int, str]:
+    """A receiver's `(status, problem)` for a version it received whole (`STATUS_OK`, "" when accepted)."""
+    if finished != version:
+        return STATUS_PROTOCOL, f"finish {finished} after start {version}"
+    if received != sent:
+        return STATUS_CHECKSUM, f"version {version}: checksum mismatch in {_first_mismatch(received, sent)}; refused"
+    if served is not None and version <= served:
+        return STATUS_STALE, f"version {version} is not newer than the served {served}"
+    return STATUS_OK, ""
+
+
+def raise_refusal(status: int, problem: str, spec: SyncGroupSpec, rank: int, version: int) -> None:
+    """Raise the error of a refused version (after its status was reported); nothing when accepted."""
+    if status == STATUS_CHECKSUM:
+        log.error("weights.refused", group=spec.name, rank=rank, version=version, reason=problem)
+        raise ChecksumMismatch(problem)
+    if status == STATUS_STALE:
+        raise StaleVersion(problem)
+    if status != STATUS_OK:
+        raise SyncError(problem)
+
+
+def hand_over(
+    spec: SyncGroupSpec, rank: int, version: int, chunks: list[tuple[ChunkLayout, torch.Tensor, list[int]]]
+) -> list[tuple[str, torch.Tensor]]:
+    """The verified tensors of an accepted version, as views into its chunk streams, in sender order."""
+    named = [pair for layout, stream, _ in chunks for pair in layout.tensors(stream)]
+    total = sum(layout.total_bytes for layout, _, _ in chunks)
+    log.info("weights.received", group=spec.name, rank=rank, version=version, tensors=len(named), bytes=total)
+    return named
 
 
 class WeightSender(SyncSender):
@@ -71,9 +136,10 @@ class WeightSender(SyncSender):
         if self.last_version is not None and version <= self.last_version:
             raise StaleVersion(f"version {version} is not newer than the last published {self.last_version}")
         self._seq += 1
-        # The doorbell lets idle receivers wait on the store (any duration) rather than inside a collective.
-        self.transport.store.set(_doorbell(self._seq), str(version))
-        self.transport.send_message({"kind": START, "version": version})
+        with self.transport.guard(f"start of version {version}"):
+            # The doorbell lets idle receivers wait on the store (any duration) rather than inside a collective.
+            self.transport.store.set(doorbell(self._seq), str(version))
+            self.transport.send_message({"kind": START, "version": version})
         self._version, self._checksums = version, []
         self._report = SyncReport(version=version)
         self._started_at = time.perf_counter()
@@ -82,17 +148,20 @@ class WeightSender(SyncSender):
         if self._version is None or self._report is None:
             raise SyncError("update() outside start()/finish()")
         try:
-            self._send_chunk(named_tensors, self._report)
+            with self.transport.guard(f"chunk {len(self._checksums)} of version {self._version}"):
+                self._send_chunk(named_tensors, self._report)
         except SyncError:
             self._version = None  # the group is broken; this version is abandoned on every member
             raise
 
+    def abandon(self, reason: str) -> None:
+        # Receivers are inside this version's message sequence: only a new generation can go on.
+        self._version, self._report = None, None
+        self.transport.mark_broken(reason)
+
     def _send_chunk(self, named_tensors: NamedTensors, report: SyncReport) -> None:
+        # Tensors on another device (CPU weights bound for NCCL) are copied bucket by bucket into staging.
         named = [(name, tensor.detach()) for name, tensor in named_tensors]
-        for name, tensor in named:
-            if tensor.device != self.transport.device:
-                # Not a SyncError: nothing was sent, the version stays open and the caller can retry.
-                raise ValueError(f"{name} is on {tensor.device}; this sync group sends from {self.transport.device}")
         layout = ChunkLayout.plan(named, self.spec.bucket_bytes)
         self.transport.send_message(layout.to_message())
         sources = [tensor_bytes(t) for _, t in named]
@@ -126,8 +195,9 @@ class WeightSender(SyncSender):
         if self._version != version or self._report is None:
             raise SyncError(f"finish({version}) does not match the open version {self._version}")
         try:
-            self.transport.send_message({"kind": FINISH, "version": version, "checksums": self._checksums})
-            statuses = self.transport.allgather_status(STATUS_OK, version)
+            with self.transport.guard(f"finish of version {version}"):
+                self.transport.send_message({"kind": FINISH, "version": version, "checksums": self._checksums})
+                statuses = self.transport.allgather_status(STATUS_OK, version)
         except SyncError:
             self._version = None
             raise
@@ -179,8 +249,7 @@ class WeightReceiver(SyncReceiver):
         self.transport = GroupTransport(spec, rank, device)
         self.version: int | None = None
         self._bucket_hook = bucket_hook  # test hook: alter received bytes to prove corruption is caught
-        self._reuse = reuse_buffers
-        self._buffers: list[torch.Tensor] = []
+        self._streams = StreamBuffers(self.transport.device, reuse_buffers)
         self._seq = 0
 
     def init(self) -> None:
@@ -190,6 +259,10 @@ class WeightReceiver(SyncReceiver):
     def receive(self, idle_timeout_s: float | None = None) -> tuple[int, Iterator[tuple[str, torch.Tensor]]]:
         self.transport.ensure_usable()
         self._wait_for_doorbell(idle_timeout_s)
+        with self.transport.guard("receive"):
+            return self._receive_version()
+
+    def _receive_version(self) -> tuple[int, Iterator[tuple[str, torch.Tensor]]]:
         start = self.transport.recv_message()
         if start.get("kind") != START:
             return self._protocol_error(f"expected {START}, got {start.get('kind')}")
@@ -202,7 +275,7 @@ class WeightReceiver(SyncReceiver):
             if message["kind"] != CHUNK:
                 return self._protocol_error(f"unexpected message {message['kind']}")
             layout = ChunkLayout.from_message(message)
-            stream = self._stream_buffer(len(chunks), layout.total_bytes)
+            stream = self._streams.get(len(chunks), layout.total_bytes)
             sums: list[int] = []
             # Bucket k+1 is already being received while bucket k is hashed.
             handles = [
@@ -222,52 +295,22 @@ class WeightReceiver(SyncReceiver):
                 sums.append(checksum_bytes(self.spec.checksum, bucket))
             chunks.append((layout, stream, sums))
 
-        status, problem = STATUS_OK, ""
-        if int(message["version"]) != version:
-            status, problem = STATUS_PROTOCOL, f"finish {message['version']} after start {version}"
-        elif [s for _, _, s in chunks] != message["checksums"]:
-            bad = _first_mismatch([s for _, _, s in chunks], message["checksums"])
-            status, problem = STATUS_CHECKSUM, f"version {version}: checksum mismatch in {bad}; version refused"
-        elif self.version is not None and version <= self.version:
-            status, problem = STATUS_STALE, f"version {version} is not newer than the served {self.version}"
+        status, problem = verdict(
+            version, int(message["version"]), [s for _, _, s in chunks], message["checksums"], self.version
+        )
         # Report before raising, so every member completes the same message sequence and the group survives.
         self.transport.allgather_status(status, version)
-        if status == STATUS_CHECKSUM:
-            log.error("weights.refused", group=self.spec.name, rank=self.rank, version=version, reason=problem)
-            raise ChecksumMismatch(problem)
-        if status == STATUS_STALE:
-            raise StaleVersion(problem)
-        if status != STATUS_OK:
-            raise SyncError(problem)
+        raise_refusal(status, problem, self.spec, self.rank, version)
         self.version = version
-        named = [pair for layout, stream, _ in chunks for pair in layout.tensors(stream)]
-        log.info(
-            "weights.received",
-            group=self.spec.name,
-            rank=self.rank,
-            version=version,
-            tensors=len(named),
-            bytes=sum(layout.total_bytes for layout, _, _ in chunks),
-        )
-        return version, iter(named)
-
-    def _stream_buffer(self, chunk: int, size: int) -> torch.Tensor:
-        if not self._reuse:
-            return torch.empty(size, dtype=torch.uint8, device=self.transport.device)
-        if chunk < len(self._buffers) and self._buffers[chunk].numel() >= size:
-            return self._buffers[chunk][:size]
-        buffer = torch.empty(size, dtype=torch.uint8, device=self.transport.device)
-        self._buffers[chunk : chunk + 1] = [buffer]
-        return buffer
+        return version, iter(hand_over(self.spec, self.rank, version, chunks))
 
     def _wait_for_doorbell(self, idle_timeout_s: float | None) -> None:
         self._seq += 1
-        wait_s = self.spec.timeout_s if idle_timeout_s is None else idle_timeout_s
         try:
-            self.transport.store.wait([_doorbell(self._seq)], timedelta(seconds=wait_s))
-        except Exception as err:
+            wait_for_doorbell(self.transport.store, self._seq, self.spec, idle_timeout_s)
+        except NoUpdateYet:
             self._seq -= 1  # nothing was consumed: the next receive() waits for the same update
-            raise NoUpdateYet(f"no weight update from the trainer within {wait_s}s (or it is gone): {err}") from err
+            raise
 
     def _protocol_error(self, problem: str) -> tuple[int, Iterator[tuple[str, torch.Tensor]]]:
         self.transport.broken = problem
@@ -275,7 +318,7 @@ class WeightReceiver(SyncReceiver):
 
     def close(self) -> None:
         self.transport.close()
-        self._buffers = []
+        self._streams.clear()
 
 
 def _first_mismatch(received: list[list[int]], sent: list[list[int]]) -> str:

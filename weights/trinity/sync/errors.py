@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
+
 
 class SyncError(RuntimeError):
     """A weight update failed: a member died, a collective timed out, or the protocol broke.
@@ -24,3 +27,18 @@ class StaleVersion(SyncError):
 class NoUpdateYet(SyncError):
     """`receive(idle_timeout_s=...)` waited and no update began. Nothing was consumed and the group is
     still usable: call `receive()` again."""
+
+
+@contextlib.contextmanager
+def as_sync_error(what: str, on_failure: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Any exception inside (a process group, the store, a CUDA call) leaves as a `SyncError` naming `what`,
+    so callers retry one error type and re-form the group; `on_failure(reason)` runs first (mark it broken)."""
+    try:
+        yield
+    except SyncError:
+        raise
+    except Exception as err:
+        reason = f"{what}: {err!r}"
+        if on_failure is not None:
+            on_failure(reason)
+        raise SyncError(f"{reason}; re-form the group with a new generation") from err

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import torch
 
 from trinity.registry import Registry
-from trinity.sync.protocol import group_by_layer
+from trinity.sync.protocol import chunks_of, group_by_layer
 from trinity.sync.spec import SyncGroupSpec
 
 NamedTensors = Iterable[tuple[str, torch.Tensor]]
@@ -54,7 +54,9 @@ class SyncSender(ABC):
 
     @abstractmethod
     def update(self, named_tensors: NamedTensors) -> None:
-        """Send one chunk of Hugging-Face-named tensors; may be called many times per version."""
+        """Send one chunk of Hugging-Face-named tensors; may be called many times per version.
+
+        The chunk is held whole while it is sent: keep it about `spec.bucket_bytes` (`publish` does)."""
 
     @abstractmethod
     def finish(self, version: int) -> SyncReport:
@@ -64,10 +66,31 @@ class SyncSender(ABC):
     def close(self) -> None:
         """Leave the group; a new sender with a new spec generation may be created afterwards."""
 
+    @abstractmethod
+    def abandon(self, reason: str) -> None:
+        """Drop the open version after a failure mid-update; the next `start` begins afresh, or raises
+        `SyncError` when the group can no longer be used (receivers were left mid-version)."""
+
     def publish(self, version: int, named_tensors: NamedTensors) -> SyncReport:
-        self.start(version)
-        self.update(named_tensors)
-        return self.finish(version)
+        """`start`, one `update` per bucket-sized chunk, `finish`: holds one chunk at a time (gather a bucket,
+        send it, free it) and iterates `named_tensors` exactly once, to the end even when the update fails:
+        on a sharded trainer the other ranks are gathering the same tensors, and their collectives must match."""
+        source = iter(named_tensors)
+        try:
+            self.start(version)
+            try:
+                for chunk in chunks_of(source, self.spec.bucket_bytes):
+                    self.update(chunk)
+                    del chunk  # the loop variable would keep the sent chunk alive while the next is gathered
+            except Exception as err:
+                # The source (a gather on the trainer's own group) or the transport failed between start
+                # and finish: receivers are mid-version, so this version is over on every member.
+                self.abandon(f"version {version} abandoned mid-update: {err!r}")
+                raise
+            return self.finish(version)
+        finally:
+            for _ in source:  # nothing left after a complete update; a generator that raised is exhausted
+                pass
 
     def __enter__(self) -> SyncSender:
         self.init()

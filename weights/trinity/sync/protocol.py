@@ -7,9 +7,11 @@ Message order on the group (rank 0 broadcasts, every other rank receives):
     FINISH {version, checksums per chunk per bucket}
     allgather(status)            every member reports accept/refuse; rank 0 learns who serves the version
 
-One CHUNK per `update()` call. Inside a chunk, tensors are laid out back to back in one byte stream
-(each at a 64-byte aligned offset, so a receiver can view any dtype in place), and the stream is cut
-into buckets of `bucket_bytes`: a bucket may hold many small tensors or a slice of a large one.
+One CHUNK per `update()` call; `SyncSender.publish` cuts the weights into chunks of at most `bucket_bytes`
+(`chunks_of`), so a trainer holds about one bucket of them at a time. Inside a chunk, tensors are laid out
+back to back in one byte stream (each at a 64-byte aligned offset, so a receiver can view any dtype in
+place), and the stream is cut into buckets of `bucket_bytes`: a bucket may hold many small tensors or a
+slice of a large one (a tensor larger than a bucket is a chunk of its own).
 """
 
 from __future__ import annotations
@@ -37,6 +39,30 @@ def dtype_from_name(name: str) -> torch.dtype:
     if not isinstance(dtype, torch.dtype):
         raise ValueError(f"unknown dtype {name!r} in weight metadata")
     return dtype
+
+
+def padded_size(tensor: torch.Tensor) -> int:
+    """Bytes a tensor takes in a chunk's stream (its size rounded up to `ALIGN`)."""
+    return -(-(tensor.numel() * tensor.element_size()) // ALIGN) * ALIGN
+
+
+def chunks_of(named: Iterable[tuple[str, torch.Tensor]], target_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """Consecutive groups of at most `target_bytes` of stream (a larger tensor is a group of its own).
+
+    Iterates `named` once and holds one group at a time: from a sharded trainer each tensor is freshly
+    gathered, so a publish holds about one bucket of gathered weights, never the whole model.
+    """
+    chunk: list[tuple[str, torch.Tensor]] = []
+    size = 0
+    for name, tensor in named:
+        nbytes = padded_size(tensor)
+        if chunk and size + nbytes > target_bytes:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append((name, tensor))
+        size += nbytes
+    if chunk:
+        yield chunk
 
 
 @dataclass(frozen=True)
@@ -73,7 +99,7 @@ class ChunkLayout:
             size = tensor.numel() * tensor.element_size()
             offsets.append(cursor)
             nbytes.append(size)
-            cursor += -(-size // ALIGN) * ALIGN
+            cursor += padded_size(tensor)
         return cls(
             names=[n for n, _ in named],
             dtypes=[dtype_name(t.dtype) for _, t in named],
@@ -97,12 +123,14 @@ class ChunkLayout:
     def fill_bucket(self, index: int, sources: list[torch.Tensor], staging: torch.Tensor) -> torch.Tensor:
         """The bytes of bucket `index` as one contiguous uint8 tensor, ready to broadcast.
 
-        `sources` are the tensors' flat byte views. A bucket that lies inside one tensor is that tensor's
-        bytes (no copy); otherwise the overlapping pieces are copied into `staging` and gaps are zeroed.
+        `sources` are the tensors' flat byte views. A bucket that lies inside one tensor on the staging
+        device is that tensor's bytes (no copy); otherwise the overlapping pieces are copied into `staging`
+        (across devices when a source lives elsewhere, e.g. CPU weights bound for an NCCL group) and gaps
+        are zeroed.
         """
         start, end = self.bucket_range(index)
         for offset, size, src in zip(self.offsets, self.nbytes, sources, strict=True):
-            if offset <= start and end <= offset + size:
+            if offset <= start and end <= offset + size and src.device == staging.device:
                 return src[start - offset : end - offset]
         out = staging[: end - start]
         cursor = start

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from torch.distributed import TCPStore
 
 TRAINER_MEMBER = "trainer"
-SyncBackend = Literal["gloo", "nccl", "checkpoint"]
+SyncBackend = Literal["gloo", "nccl", "cuda_ipc", "checkpoint"]
 ChecksumName = Literal["xxh3_64", "crc32"]
 
 

@@ -16,31 +16,55 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from trinity.sync.errors import SyncError
+from trinity.sync.errors import SyncError, as_sync_error
 from trinity.sync.protocol import decode_message, encode_message
 from trinity.sync.spec import SyncGroupSpec
 
+PROCESS_GROUP_BACKENDS = ("gloo", "nccl")
+
 
 def default_device(backend: str) -> torch.device:
-    if backend == "nccl":
+    if backend in ("nccl", "cuda_ipc"):
         if not torch.cuda.is_available():
-            raise SyncError("backend 'nccl' needs a CUDA device; use backend 'gloo' (CPU) or 'checkpoint'")
+            raise SyncError(f"backend {backend!r} needs a CUDA device; use backend 'gloo' (CPU) or 'checkpoint'")
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
+
+
+def resolve_device(backend: str, device: torch.device | str | None) -> torch.device:
+    """The device a member sends from or receives into: `device`, else the backend's default (cuda:N with N set)."""
+    resolved = torch.device(device) if device is not None else default_device(backend)
+    if resolved.type == "cuda" and resolved.index is None:
+        resolved = torch.device("cuda", torch.cuda.current_device())
+    return resolved
+
+
+def open_store(spec: SyncGroupSpec, rank: int, store: Any = None) -> tuple[Any, Any]:
+    """`(store, this generation's PrefixStore)`: rank 0 passes its reserved rendezvous store, others connect."""
+    if store is None:
+        if spec.port == 0:
+            raise SyncError(f"sync group {spec.name}: port 0; the trainer must reserve_rendezvous() first")
+        store = dist.TCPStore(
+            spec.host,
+            spec.port,
+            spec.world_size,
+            is_master=rank == 0,
+            timeout=spec.join_timeout,
+            wait_for_workers=False,
+        )
+    return store, dist.PrefixStore(spec.store_prefix, store)
 
 
 class GroupTransport:
     """Broadcast from rank 0 and allgather, each bounded by `spec.timeout_s`; broken after the first failure."""
 
     def __init__(self, spec: SyncGroupSpec, rank: int, device: torch.device | str | None = None, store: Any = None):
-        if not spec.is_collective:
+        if spec.backend not in PROCESS_GROUP_BACKENDS:
             raise ValueError(f"backend {spec.backend!r} is not a process-group backend")
         if not 0 <= rank < spec.world_size:
             raise ValueError(f"rank {rank} outside 0..{spec.world_size - 1} of sync group {spec.name}")
         self.spec, self.rank = spec, rank
-        self.device = torch.device(device) if device is not None else default_device(spec.backend)
-        if self.device.type == "cuda" and self.device.index is None:
-            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.device = resolve_device(spec.backend, device)
         self._store = store
         self._group: Any = None
         self._prefixed: Any = None
@@ -51,21 +75,19 @@ class GroupTransport:
         """The group's prefixed key-value store (for doorbells outside the collectives)."""
         return self._prefixed
 
+    def guard(self, what: str) -> contextlib.AbstractContextManager[None]:
+        """Any failure inside (the group, the store, a device copy) is a `SyncError` and breaks the group."""
+        return as_sync_error(
+            f"sync group {self.spec.name} generation {self.spec.generation} rank {self.rank}: {what}", self.mark_broken
+        )
+
+    def mark_broken(self, reason: str) -> None:
+        self.broken = reason
+
     def connect(self) -> None:
         spec = self.spec
         try:
-            if self._store is None:
-                if spec.port == 0:
-                    raise SyncError(f"sync group {spec.name}: port 0; the trainer must reserve_rendezvous() first")
-                self._store = dist.TCPStore(
-                    spec.host,
-                    spec.port,
-                    spec.world_size,
-                    is_master=self.rank == 0,
-                    timeout=spec.join_timeout,
-                    wait_for_workers=False,
-                )
-            self._prefixed = dist.PrefixStore(spec.store_prefix, self._store)
+            self._store, self._prefixed = open_store(spec, self.rank, self._store)
             self._group = self._make_group(self._prefixed)
         except SyncError:
             raise

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from trinity.runtime.client import call_with_retry, open_channel
 from trinity.runtime.tls import TlsSettings
@@ -70,8 +70,12 @@ class GatewayClient:
     def open_sync_group(self, request: gateway_pb2.OpenSyncGroupRequest) -> gateway_pb2.SyncGroup:
         return self._call("OpenSyncGroup", request)
 
-    def join_sync_group(self, run_id: str, instance_id: str, has_gpu: bool) -> gateway_pb2.SyncGroup:
-        request = gateway_pb2.JoinSyncGroupRequest(run_id=run_id, instance_id=instance_id, has_gpu=has_gpu)
+    def join_sync_group(
+        self, run_id: str, instance_id: str, has_gpu: bool, host_id: str = "", gpu_uuids: Sequence[str] = ()
+    ) -> gateway_pb2.SyncGroup:
+        request = gateway_pb2.JoinSyncGroupRequest(
+            run_id=run_id, instance_id=instance_id, has_gpu=has_gpu, host_id=host_id, gpu_uuids=list(gpu_uuids)
+        )
         return self._call("JoinSyncGroup", request)
 
     def sync_group(self, run_id: str) -> gateway_pb2.SyncGroup:

@@ -8,14 +8,16 @@ from pydantic import Field
 
 from trinity.config.base import _Section
 
-SyncMethod = Literal["auto", "nccl", "gloo", "checkpoint"]
+SyncMethod = Literal["auto", "nccl", "cuda_ipc", "gloo", "checkpoint"]
 
 
 class SynchronizerConfig(_Section):
     """One shape for every method (`checkpoint` only ignores `bucket_mb`), so no union on `method`."""
 
     method: SyncMethod = Field(
-        default="auto", description="weight transport; auto = nccl when every member has a GPU, else gloo"
+        default="auto",
+        description="weight transport; auto = cuda_ipc when every member is on the trainer's GPU, nccl when each "
+        "has its own GPU, else gloo",
     )
     sync_interval: int = Field(default=1, ge=1, description="publish weights every N train steps")
     sync_offset: int = Field(default=0, ge=0, description="explorer may run this many steps ahead")

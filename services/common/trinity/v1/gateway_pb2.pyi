@@ -232,14 +232,18 @@ class ListInstancesResponse(_message.Message):
     def __init__(self, instances: _Optional[_Iterable[_Union[Instance, _Mapping]]] = ...) -> None: ...
 
 class SyncMember(_message.Message):
-    __slots__ = ("instance_id", "rank", "has_gpu")
+    __slots__ = ("instance_id", "rank", "has_gpu", "host_id", "gpu_uuids")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     HAS_GPU_FIELD_NUMBER: _ClassVar[int]
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    GPU_UUIDS_FIELD_NUMBER: _ClassVar[int]
     instance_id: str
     rank: int
     has_gpu: bool
-    def __init__(self, instance_id: _Optional[str] = ..., rank: _Optional[int] = ..., has_gpu: _Optional[bool] = ...) -> None: ...
+    host_id: str
+    gpu_uuids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, instance_id: _Optional[str] = ..., rank: _Optional[int] = ..., has_gpu: _Optional[bool] = ..., host_id: _Optional[str] = ..., gpu_uuids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SyncGroup(_message.Message):
     __slots__ = ("run_id", "generation", "backend", "host", "port", "world_size", "members", "ready", "announced_version", "checkpoint_dir", "timeout_seconds", "bucket_mb", "rank")
@@ -272,7 +276,7 @@ class SyncGroup(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., generation: _Optional[int] = ..., backend: _Optional[str] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., world_size: _Optional[int] = ..., members: _Optional[_Iterable[_Union[SyncMember, _Mapping]]] = ..., ready: _Optional[bool] = ..., announced_version: _Optional[int] = ..., checkpoint_dir: _Optional[str] = ..., timeout_seconds: _Optional[float] = ..., bucket_mb: _Optional[float] = ..., rank: _Optional[int] = ...) -> None: ...
 
 class OpenSyncGroupRequest(_message.Message):
-    __slots__ = ("run_id", "instance_id", "host", "port", "has_gpu", "backend", "explorer_workers", "checkpoint_dir", "timeout_seconds", "bucket_mb")
+    __slots__ = ("run_id", "instance_id", "host", "port", "has_gpu", "backend", "explorer_workers", "checkpoint_dir", "timeout_seconds", "bucket_mb", "host_id", "gpu_uuids")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
@@ -283,6 +287,8 @@ class OpenSyncGroupRequest(_message.Message):
     CHECKPOINT_DIR_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     BUCKET_MB_FIELD_NUMBER: _ClassVar[int]
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    GPU_UUIDS_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     instance_id: str
     host: str
@@ -293,17 +299,23 @@ class OpenSyncGroupRequest(_message.Message):
     checkpoint_dir: str
     timeout_seconds: float
     bucket_mb: float
-    def __init__(self, run_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., has_gpu: _Optional[bool] = ..., backend: _Optional[str] = ..., explorer_workers: _Optional[int] = ..., checkpoint_dir: _Optional[str] = ..., timeout_seconds: _Optional[float] = ..., bucket_mb: _Optional[float] = ...) -> None: ...
+    host_id: str
+    gpu_uuids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, run_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., has_gpu: _Optional[bool] = ..., backend: _Optional[str] = ..., explorer_workers: _Optional[int] = ..., checkpoint_dir: _Optional[str] = ..., timeout_seconds: _Optional[float] = ..., bucket_mb: _Optional[float] = ..., host_id: _Optional[str] = ..., gpu_uuids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JoinSyncGroupRequest(_message.Message):
-    __slots__ = ("run_id", "instance_id", "has_gpu")
+    __slots__ = ("run_id", "instance_id", "has_gpu", "host_id", "gpu_uuids")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     HAS_GPU_FIELD_NUMBER: _ClassVar[int]
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    GPU_UUIDS_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     instance_id: str
     has_gpu: bool
-    def __init__(self, run_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., has_gpu: _Optional[bool] = ...) -> None: ...
+    host_id: str
+    gpu_uuids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, run_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., has_gpu: _Optional[bool] = ..., host_id: _Optional[str] = ..., gpu_uuids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GetSyncGroupRequest(_message.Message):
     __slots__ = ("run_id",)

@@ -16,6 +16,7 @@ import torch
 from trinity.clients.gateway import GatewayClient, sync_spec
 from trinity.runtime.agent import has_gpu
 from trinity.runtime.logging import get_logger
+from trinity.sync.placement import host_id, sync_gpus
 
 log = get_logger(__name__)
 
@@ -85,7 +86,9 @@ class WeightFeed:
         """Join the newest generation once the trainer has opened it, then wait until every member is in."""
         while not self._stop.is_set():
             try:
-                group = self.gateway.join_sync_group(self.run_id, self.instance_id, has_gpu())
+                group = self.gateway.join_sync_group(
+                    self.run_id, self.instance_id, has_gpu(), host_id=host_id(), gpu_uuids=sync_gpus()
+                )
                 while not group.ready and not self._stop.is_set():
                     time.sleep(0.1)
                     latest = self.gateway.sync_group(self.run_id)

@@ -143,9 +143,9 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
 
     @grpc_errors
     def JoinSyncGroup(self, request: gateway_pb2.JoinSyncGroupRequest, context: grpc.ServicerContext) -> Any:
-        return self.sync.join(
-            require(request.run_id, "run_id"), require(request.instance_id, "instance_id"), request.has_gpu
-        )
+        require(request.run_id, "run_id")
+        require(request.instance_id, "instance_id")
+        return self.sync.join(request)
 
     @grpc_errors
     def GetSyncGroup(self, request: gateway_pb2.GetSyncGroupRequest, context: grpc.ServicerContext) -> Any:

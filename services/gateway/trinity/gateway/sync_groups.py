@@ -7,6 +7,7 @@ membership (a member died, an update failed) closes the generation; the next ope
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import cast, get_args
 
 import redis
@@ -21,13 +22,61 @@ from trinity.v1 import gateway_pb2
 METHODS: tuple[str, ...] = get_args(SyncMethod)
 
 
-def choose_backend(requested: str, members_have_gpu: list[bool]) -> str:
-    """`auto` means NCCL only when every member has a GPU, gloo otherwise."""
+MAX_MEMBER_GPUS = 64
+
+
+def _one_gpu_shared_by_all(members: Sequence[gateway_pb2.SyncMember]) -> bool:
+    trainer = members[0]
+    return len(trainer.gpu_uuids) == 1 and all(
+        m.host_id and m.host_id == trainer.host_id and list(m.gpu_uuids) == list(trainer.gpu_uuids) for m in members
+    )
+
+
+def _no_gpu_shared(members: Sequence[gateway_pb2.SyncMember]) -> bool:
+    # A member that reports no GPU identity (an older client) counts as a GPU of its own, as before identities.
+    gpus = [gpu for m in members for gpu in m.gpu_uuids]
+    return len(gpus) == len(set(gpus))
+
+
+def choose_backend(requested: str, members: Sequence[gateway_pb2.SyncMember]) -> str:
+    """The transport of a full group; `members[0]` is the trainer.
+
+    `auto`: any member without a GPU -> gloo; every member on the trainer's host and its one GPU -> cuda_ipc;
+    each member on a GPU of its own -> nccl (NCCL cannot put two ranks on one GPU); otherwise (some members
+    share a GPU, not all) -> gloo. An explicit method that cannot work on these members is refused.
+    """
+    all_gpu = bool(members) and all(m.has_gpu for m in members)
     if requested == "auto":
-        return "nccl" if members_have_gpu and all(members_have_gpu) else "gloo"
-    if requested == "nccl" and not all(members_have_gpu):
-        raise InvalidArgument("synchronizer.method", "nccl needs a GPU on every member; use auto, gloo or checkpoint")
+        if not all_gpu:
+            return "gloo"
+        if _one_gpu_shared_by_all(members):
+            return "cuda_ipc"
+        return "nccl" if _no_gpu_shared(members) else "gloo"
+    if requested == "nccl" and not (all_gpu and _no_gpu_shared(members)):
+        raise InvalidArgument(
+            "synchronizer.method", "nccl needs a GPU of its own on every member; use auto, gloo or checkpoint"
+        )
+    if requested == "cuda_ipc" and not (all_gpu and _one_gpu_shared_by_all(members)):
+        raise InvalidArgument(
+            "synchronizer.method", "cuda_ipc needs every member on the trainer's host and GPU; use auto or nccl"
+        )
     return requested
+
+
+def member(
+    instance_id: str, rank: int, has_gpu: bool, host_id: str, gpu_uuids: Sequence[str]
+) -> gateway_pb2.SyncMember:
+    """A member as reported, its placement fields checked (INVALID_ARGUMENT naming the field)."""
+    bounded(host_id, "host_id")
+    if len(gpu_uuids) > MAX_MEMBER_GPUS:
+        raise InvalidArgument("gpu_uuids", f"{len(gpu_uuids)} entries; at most {MAX_MEMBER_GPUS} are allowed")
+    for uuid in gpu_uuids:
+        bounded(uuid, "gpu_uuids")
+    if gpu_uuids and not has_gpu:
+        raise InvalidArgument("gpu_uuids", "reported without has_gpu")
+    return gateway_pb2.SyncMember(
+        instance_id=instance_id, rank=rank, has_gpu=has_gpu, host_id=host_id, gpu_uuids=list(gpu_uuids)
+    )
 
 
 class SyncGroups:
@@ -55,6 +104,7 @@ class SyncGroups:
             raise InvalidArgument("backend", f"must be one of {', '.join(METHODS)} (synchronizer.method)")
         bounded(request.host, "host")
         bounded(request.checkpoint_dir, "checkpoint_dir", MAX_PATH_CHARS)
+        trainer = member(request.instance_id, 0, request.has_gpu, request.host_id, request.gpu_uuids)
         if request.backend != "checkpoint" and not (request.host and 0 < request.port <= 65535):
             raise InvalidArgument("port", "the trainer must reserve a rendezvous host and port (1-65535) first")
         # The trainer sends its synchronizer section; the defaults live there, not here.
@@ -73,7 +123,7 @@ class SyncGroups:
                 host=request.host,
                 port=request.port,
                 world_size=request.explorer_workers + 1,
-                members=[gateway_pb2.SyncMember(instance_id=request.instance_id, rank=0, has_gpu=request.has_gpu)],
+                members=[trainer],
                 announced_version=-1,
                 checkpoint_dir=request.checkpoint_dir,
                 timeout_seconds=request.timeout_seconds,
@@ -82,7 +132,8 @@ class SyncGroups:
             self._save(group)
             return group
 
-    def join(self, run_id: str, instance_id: str, has_gpu: bool) -> gateway_pb2.SyncGroup:
+    def join(self, request: gateway_pb2.JoinSyncGroupRequest) -> gateway_pb2.SyncGroup:
+        run_id, instance_id = request.run_id, request.instance_id
         with self.client.lock(keys.lock(run_id), timeout=10, blocking_timeout=10):
             group = self.get(run_id)
             mine = [m for m in group.members if m.instance_id == instance_id]
@@ -95,9 +146,9 @@ class SyncGroups:
                     "it is re-formed when a member leaves"
                 )
             rank = len(group.members)
-            group.members.add(instance_id=instance_id, rank=rank, has_gpu=has_gpu)
+            group.members.append(member(instance_id, rank, request.has_gpu, request.host_id, request.gpu_uuids))
             if len(group.members) == group.world_size:
-                group.backend = choose_backend(group.backend, [m.has_gpu for m in group.members])
+                group.backend = choose_backend(group.backend, group.members)
                 group.ready = True
                 SYNC_GROUPS_FORMED.inc()
             self._save(group)

@@ -15,9 +15,10 @@ import torch
 
 from trinity.clients.gateway import GatewayClient, sync_spec
 from trinity.config import SynchronizerConfig
-from trinity.models.digest import weights_digest
+from trinity.models.digest import WeightsDigest
 from trinity.runtime.agent import has_gpu
 from trinity.runtime.logging import get_logger
+from trinity.sync.placement import host_id, sync_gpus
 from trinity.v1 import gateway_pb2
 
 if TYPE_CHECKING:
@@ -110,6 +111,8 @@ class WeightPublisher:
                 host=self.host,
                 port=self._rendezvous.port if self._rendezvous is not None else 0,
                 has_gpu=has_gpu(),
+                host_id=host_id(),
+                gpu_uuids=sync_gpus(),
                 backend=self.method,
                 explorer_workers=self.explorers,
                 checkpoint_dir=self.checkpoint_dir,
@@ -133,15 +136,20 @@ class WeightPublisher:
         return self.publish(version, named_tensors) if version > 0 else {}
 
     def publish(self, version: int, named_tensors: NamedTensors) -> dict[str, float]:
-        """Push `version` to every explorer; re-form the group and retry when a member fails."""
+        """Push `version` to every explorer; re-form the group and retry when a member fails.
+
+        Each attempt iterates `named_tensors()` once, bucket by bucket (from a sharded trainer every tensor
+        is a fresh gather), and digests the weights in the same pass.
+        """
         from trinity.sync import SyncError
 
         for attempt in range(1, self.max_attempts + 1):
             sender = self._sender or self.open()
             started = time.perf_counter()
+            digest = WeightsDigest()
             try:
                 self.gateway.announce_weights(self.run_id, self.generation, version)
-                report = sender.publish(version, named_tensors())
+                report = sender.publish(version, digest.observe(named_tensors()))
             except SyncError as err:
                 log.warning("weights.publish_failed", version=version, attempt=attempt, error=str(err))
                 self.gateway.report_sync_failure(self.run_id, self.generation, self.instance_id, str(err))
@@ -152,7 +160,7 @@ class WeightPublisher:
             if not report.accepted_by_all:
                 raise SyncError(f"version {version} refused: {report.refused}")
             return {
-                "weights_digest": float(weights_digest(named_tensors())),
+                "weights_digest": float(digest.value),
                 "sync_seconds": time.perf_counter() - started,
                 "sync_bytes": float(report.bytes),
                 "sync_generation": float(self.generation),
