@@ -4,8 +4,9 @@
     python benchmarks/bench_megatron.py --quick    # the tiny test model
 
 Same batch, same settings (KL and entropy terms, 2 mini-batches per step) for the PyTorch backend and
-the Megatron backend at TP=1, TP=2 and PP=2 (gloo, one thread per worker). On a 2-core machine the
-multi-process layouts measure overhead, not speed-up. Writes benchmarks/results/megatron.json.
+the Megatron backend at TP=1, TP=2, PP=2, DP=2 and DP=2 with the distributed optimizer (gloo, one thread
+per worker). Each worker is one process with one thread, so DP=2 uses two cores where TP=1 uses one.
+Writes benchmarks/results/megatron.json.
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-LAYOUTS = {"megatron_tp1": (1, 1), "megatron_tp2": (2, 1), "megatron_pp2": (1, 2)}
+LAYOUTS: dict[str, dict[str, Any]] = {
+    "megatron_tp1": {},
+    "megatron_tp2": {"tensor_parallel_size": 2},
+    "megatron_pp2": {"pipeline_parallel_size": 2},
+    "megatron_dp2": {"data_parallel_size": 2},
+    "megatron_dp2_distributed_optimizer": {"data_parallel_size": 2, "use_distributed_optimizer": True},
+}
 
 
 def _batches(steps: int, n: int, vocab: int, prompt: int, resp: int) -> list[list[Any]]:
@@ -52,6 +59,15 @@ def _time_steps(backend: Any, batches: list[list[Any]]) -> tuple[list[float], li
     return seconds, metrics
 
 
+def _peak_rss_mb(pids: list[int]) -> list[float]:
+    """Peak resident memory (VmHWM) of each worker process, MiB (Linux)."""
+    peaks = []
+    for pid in pids:
+        line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("VmHWM:"))
+        peaks.append(int(line.split()[1]) / 1024)
+    return peaks
+
+
 def run(quick: bool = False) -> dict[str, Any]:
     import torch
 
@@ -62,7 +78,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     from trinity.trainer.torch_backend import TorchBackend
 
     torch.set_num_threads(1)
-    size = (
+    size: dict[str, Any] = (
         {"vocab_size": 272}
         if quick
         else {"vocab_size": 4096, "hidden_size": 256, "intermediate_size": 704, "num_layers": 4, "num_heads": 8}
@@ -92,18 +108,20 @@ def run(quick: bool = False) -> dict[str, Any]:
         results: dict[str, Any] = {
             "torch": {"step_seconds_median": statistics.median(ref_seconds[1:]), "tokens_per_step": tokens}
         }
-        for name, (tp, pp) in LAYOUTS.items():
+        for name, layout in LAYOUTS.items():
             start = time.perf_counter()
-            backend = MegatronBackend(config(backend="megatron", tensor_parallel_size=tp, pipeline_parallel_size=pp))
+            backend = MegatronBackend(config(backend="megatron", **layout))
             startup = time.perf_counter() - start
             try:
                 secs, metrics = _time_steps(backend, batches)
                 weights = dict(backend.named_weights())
+                peaks = _peak_rss_mb([p.pid for p in backend._workers._procs if p.pid is not None])
             finally:
                 backend.close()
             results[name] = {
                 "startup_seconds": startup,
                 "step_seconds_median": statistics.median(secs[1:]),
+                "peak_rss_mb_per_worker": peaks,
                 "max_abs_weight_diff_vs_torch": max(
                     float((weights[k] - v).abs().max()) for k, v in ref_weights.items()
                 ),

@@ -65,7 +65,7 @@ class _TrainerSection(_Section):
 
 
 class TorchTrainerConfig(_TrainerSection):
-    """The single-process PyTorch backend (`trinity.trainer.torch_backend`)."""
+    """The PyTorch backend (`trinity.trainer.torch_backend`): one process, or FSDP2 over `data_parallel_size` ranks."""
 
     backend: Literal["torch"] = Field(default="torch", description="the training backend")
     share_prompts: bool = Field(

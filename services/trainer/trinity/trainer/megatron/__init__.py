@@ -1,4 +1,4 @@
-"""Megatron-Core training backend (tensor + pipeline parallel), registered as trainer backend "megatron".
+"""Megatron-Core training backend (tensor x pipeline x data parallel), registered as trainer backend "megatron".
 
 Importing this package registers the backend; megatron-core itself is imported only inside the
 worker processes it starts.

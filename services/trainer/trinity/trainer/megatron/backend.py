@@ -1,6 +1,6 @@
 """`MegatronBackend`: the `TrainerBackend` the Trainer service sees, registered as "megatron".
 
-It lives in the trainer service process and owns no model: the TP x PP worker processes do (see
+It lives in the trainer service process and owns no model: the TP x PP x DP worker processes do (see
 `launcher.py`, `worker.py`, `engine.py`). Every method is one command to the workers.
 """
 
@@ -17,6 +17,7 @@ import torch
 
 from trinity.config import MegatronTrainerConfig, RunConfig
 from trinity.trainer.backend import backend_section, register_backend
+from trinity.trainer.megatron.engine import check_resumable
 from trinity.trainer.megatron.hf_mapping import check_parallelism, shape_from_hf_config
 from trinity.trainer.megatron.launcher import WorkerGroup
 from trinity.trainer.metrics import CHECKPOINT_SECONDS
@@ -40,6 +41,7 @@ class MegatronBackend:
         self.model_dir = Path(config.model.path)
         shape = shape_from_hf_config(json.loads((self.model_dir / "config.json").read_text()))
         check_parallelism(shape, self.trainer.tensor_parallel_size, self.trainer.pipeline_parallel_size)
+        check_devices(self.trainer, torch.cuda.device_count() if torch.cuda.is_available() else 0)
         self._version = 0
         self._step = 0
         self._workers = WorkerGroup(config, algorithm_factory)
@@ -77,8 +79,9 @@ class MegatronBackend:
         return Path(self._workers.call("save_checkpoint", str(root), self.trainer.keep_checkpoints))
 
     def load_checkpoint(self, path: str | Path) -> None:
-        self._version = int(self._workers.call("load_checkpoint", str(path)))
-        self._step = json.loads((_resolve(path) / "state.json").read_text())["step"]
+        ckpt = check_resumable(path, self.trainer)
+        self._version = int(self._workers.call("load_checkpoint", str(ckpt)))
+        self._step = json.loads((ckpt / "state.json").read_text())["step"]
 
     def continue_versions_after(self, version: int) -> None:
         self._version = int(self._workers.call("continue_versions_after", version))
@@ -118,10 +121,17 @@ class MegatronBackend:
         self.close()
 
 
-def _resolve(path: str | Path) -> Path:
-    from trinity.trainer.checkpoint import resolve
-
-    return resolve(path)
+def check_devices(trainer: MegatronTrainerConfig, gpus: int) -> None:
+    """Raise with the fix when this host cannot run the workers (`gpus` visible CUDA devices), before any starts."""
+    layout = (
+        f"tensor_parallel_size={trainer.tensor_parallel_size} x pipeline_parallel_size="
+        f"{trainer.pipeline_parallel_size} x data_parallel_size={trainer.data_parallel_size}"
+    )
+    if trainer.distributed_backend == "nccl" and gpus == 0:
+        raise ValueError("trainer.distributed_backend='nccl' needs a GPU per worker and none is visible; use 'gloo'")
+    if gpus and trainer.distributed_backend != "gloo" and trainer.world_size > gpus:
+        # NCCL cannot put two ranks of one group on one device.
+        raise ValueError(f"{layout} = {trainer.world_size} workers, one GPU each, but {gpus} GPU(s) are visible")
 
 
 @register_backend("megatron")

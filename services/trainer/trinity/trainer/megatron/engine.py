@@ -1,7 +1,8 @@
 """One rank's share of training: the Megatron policy, its optimizer, and the train step loop.
 
-Every rank runs the same code on the same batch (the command is broadcast by rank 0); the pipeline
-schedule decides what each rank computes. The objective is the PyTorch backend's own
+Every rank runs the same code on the same batch (the command is broadcast by rank 0). Each data-parallel
+replica trains its share of every mini-batch, dealt as the PyTorch backend deals it (`parallel.deal`),
+and the pipeline schedule decides what each stage of the replica computes. The objective is the PyTorch backend's own
 (`trinity.trainer.objectives.build_objective`), fed through `MegatronForward` (its `PolicyForward`):
 the policy log-probs that objective asks for are answered from the logits the schedule hands to the
 last pipeline stage, so both backends compute the same loss terms with the same micro-batch scaling.
@@ -44,7 +45,11 @@ from trinity.trainer.megatron.hf_mapping import megatron_to_hf, stage_layers
 from trinity.trainer.megatron.logprobs import vocab_parallel_logprobs
 from trinity.trainer.objectives import ForwardModel, MicroObjective, PolicyForward, build_objective
 from trinity.trainer.optim import SCHEDULES
+from trinity.trainer.parallel import Ranks, deal, merge_weighted
 from trinity.v1 import common_pb2
+
+MODEL_FILE = "model_optim_rng.pt"  # Megatron's legacy name, one per model-parallel shard
+TRAINER_FILE = "trainer.pt"
 
 
 @dataclass
@@ -106,23 +111,27 @@ class MegatronEngine:
             torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
         )
         self.tp, self.pp = self.trainer.tensor_parallel_size, self.trainer.pipeline_parallel_size
+        self.dp = self.trainer.data_parallel_size
         self.tp_rank, self.pp_rank = ps.get_tensor_model_parallel_rank(), ps.get_pipeline_model_parallel_rank()
-        self.is_last_stage = ps.is_pipeline_last_stage()
-        # Global rank of (TP 0, last stage): ranks are numbered TP-fastest (Megatron's order, DP = 1).
-        self.last_stage_rank = (self.pp - 1) * self.tp
+        self.dp_rank = ps.get_data_parallel_rank()
+        # Megatron numbers ranks TP fastest, then DP, then PP ("tp-cp-ep-dp-pp", CP = EP = 1).
+        assert dist.get_rank() == (self.pp_rank * self.dp + self.dp_rank) * self.tp + self.tp_rank
+        assert ps.get_data_parallel_world_size() == self.dp
+        # The one rank per data-parallel replica whose loss-function results (log-probs, metrics) count.
+        self.reports = ps.is_pipeline_last_stage() and self.tp_rank == 0
 
         self.shape = mmodel.read_shape(model_dir)
         self.mconfig = mmodel.transformer_config(self.shape, dtype, self.tp, self.pp, torch.cuda.is_available())
         policy = mmodel.build_gpt(self.shape, self.mconfig)
         mmodel.load_hf_weights(policy, model_dir, self.shape)
-        self.model = mmodel.wrap_ddp(policy, self.mconfig)
+        self.model = mmodel.wrap_ddp(policy, self.mconfig, self.trainer.use_distributed_optimizer)
         self.reference: torch.nn.Module | None = None
         if algorithm.needs_reference:
             self.reference = mmodel.build_gpt(self.shape, self.mconfig)
             mmodel.load_hf_weights(self.reference, model_dir, self.shape)
             self.reference.eval().requires_grad_(False)
         opt = self.trainer.optimizer
-        self.optimizer = mmodel.build_optimizer(self.model, opt, dtype)
+        self.optimizer = mmodel.build_optimizer(self.model, opt, dtype, self.trainer.use_distributed_optimizer)
         self.mconfig.grad_scale_func = self.optimizer.scale_loss
         # The objective already weights each micro-batch by its share of the mini-batch (see
         # objectives.py), so the per-token division Megatron would do here is switched off.
@@ -135,8 +144,21 @@ class MegatronEngine:
         self._consumed: set[str] = set()
 
     # ----------------------------------------------------------------------------- forward passes
+    def _replica_plan(self, units: Sequence[Sample]) -> list[list[int]]:
+        """This data-parallel replica's micro-batches (indices into `units`): its dealt share of them,
+        planned under the token budget. Each micro-batch loss is scaled by its share of the whole
+        mini-batch, so the replicas' gradients, summed, are the single-process gradient."""
+        share = deal(units, self.dp, share_prompts=False)[self.dp_rank]
+        local = plan_micro_batches([units[i] for i in share], self.trainer.micro_batch_tokens)
+        return [[share[j] for j in mb] for mb in local]
+
     def _run_schedule(self, micros: list[_Micro], model: torch.nn.Module, forward_only: bool) -> None:
         from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        if not micros:
+            # A replica dealt no samples (fewer than replicas) still joins the gradient all-reduce at the
+            # end of the schedule: with one zero-loss pass, whose gradient is exactly zero.
+            micros = [_Micro(collate([TokenSequence([self.pad_id], [self.pad_id], [False])], self.pad_id), _zero_loss)]
 
         def forward_step(data: Iterator[_Micro], chunk: torch.nn.Module) -> tuple[torch.Tensor, Callable]:
             micro = next(data)
@@ -175,19 +197,21 @@ class MegatronEngine:
             raise ValueError("the Megatron backend has no critic")
         width = max(max(len(r.response) for r in rows), 1)
         out = torch.zeros((len(rows), width), dtype=torch.float32)
-        units = [Sample(id="", chosen=r) for r in rows]
-        plan = plan_micro_batches(units, self.trainer.micro_batch_tokens)
+        plan = self._replica_plan([Sample(id="", chosen=r) for r in rows])
 
-        def store(idx: list[int], mb: TokenBatch, logp: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
+        def store(idx: list[int], mb: TokenBatch, logp: torch.Tensor, entropy: torch.Tensor) -> torch.Tensor:
             out[idx, : mb.mask.shape[1]] = logp.detach().float().cpu()
-            return logp.sum() * 0.0
+            return _zero_loss(mb, logp, entropy)
 
         micros = [_Micro(collate([rows[i] for i in idx], self.pad_id), partial(store, idx)) for idx in plan]
         model = self.model if which == "policy" else self.reference
         assert model is not None
         with torch.no_grad():
             self._run_schedule(micros, model, forward_only=True)
-        dist.broadcast(out, src=self.last_stage_rank, group=_control_group())
+        # Each reporting rank holds its replica's rows and zeros elsewhere: a sum gives every rank all rows.
+        if not self.reports:
+            out.zero_()
+        dist.all_reduce(out, group=_control_group())
         return out
 
     def score(self, experiences: Sequence[common_pb2.Experience]) -> torch.Tensor:
@@ -263,8 +287,9 @@ class MegatronEngine:
                 _, grad_norm, _ = self.optimizer.step()
                 norms.append(float(grad_norm) if grad_norm is not None else 0.0)
                 self.updates += 1
-        out = {k: sums[k] / weights[k] for k in sums if weights[k] > 0}
-        out = _from_last_stage(out, self.last_stage_rank)
+        # Every rank joins the gather; the reporting rank of each replica brings that replica's sums.
+        mine: tuple[dict[str, float], dict[str, float]] = (sums, weights) if self.reports else ({}, {})
+        out = merge_weighted(*mine, Ranks.current())
         out.update({"grad_norm": sum(norms) / len(norms), "lr": lr, "updates": float(len(norms))})
         return out
 
@@ -277,11 +302,11 @@ class MegatronEngine:
         sums: dict[str, float],
         weights: dict[str, float],
     ) -> list[_Micro]:
-        """The mini-batch's micro-batches (same plan as the PyTorch backend) with their loss callbacks."""
+        """This replica's micro-batches of the mini-batch (planned as the PyTorch backend plans them), with
+        their loss callbacks."""
         rows: list[TokenSequence] = []
-        sub = [samples[i] for i in mini]
         micros = []
-        for local in plan_micro_batches(sub, self.trainer.micro_batch_tokens):
+        for local in self._replica_plan([samples[i] for i in mini]):
             micro = [mini[j] for j in local]
             rows = [seq for i in micro for seq in samples[i].sequences]
 
@@ -301,13 +326,15 @@ class MegatronEngine:
     def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Full HF-named tensors, yielded on global rank 0 only (other ranks yield nothing).
 
-        Each stage all-gathers its TP shards; stage 0 converts its own, later stages' TP rank 0 convert
-        theirs and send them to rank 0, one parameter at a time (peak extra memory: one full tensor).
+        Only data-parallel replica 0 takes part (the replicas hold the same weights). Each of its stages
+        all-gathers its TP shards; stage 0 converts its own, later stages' TP rank 0 convert theirs and
+        send them to rank 0, one parameter at a time (peak extra memory: one full tensor).
         """
         from megatron.core import parallel_state as ps
 
+        if self.dp_rank != 0:
+            return
         tp_group = ps.get_tensor_model_parallel_group()
-        assert dist.get_rank() == self.pp_rank * self.tp + self.tp_rank, "unexpected rank order"
         offset = stage_layers(self.shape, self.pp, self.pp_rank)[0]
         rank = dist.get_rank()
         control = _control_group()
@@ -328,7 +355,7 @@ class MegatronEngine:
                 if rank != 0 and self.tp_rank == 0:
                     dist.send_object_list([None], dst=0, group=control)
             elif rank == 0:
-                src = stage * self.tp
+                src = stage * self.dp * self.tp  # (TP 0, DP 0) of that stage
                 while True:
                     box: list[Any] = [None]
                     dist.recv_object_list(box, src=src, group=control)
@@ -338,8 +365,10 @@ class MegatronEngine:
 
     # ----------------------------------------------------------------------------- checkpoints
     def save_checkpoint(self, root: str | Path, keep: int | None) -> Path:
-        """Megatron's legacy layout: `step_<n>/mp_rank_<tp>_<pp>/model_optim_rng.pt` per rank, plus
-        `state.json` and `trainer.pt` (schedule position, mini-batch generator) from rank 0."""
+        """Megatron's legacy layout: `step_<n>/mp_rank_<tp>_<pp>/model_optim_rng.pt` per model-parallel rank
+        of data-parallel replica 0 (the replicas are equal), with the distributed optimizer one
+        `optim_dp_<d>.pt` beside it per replica (its shard), and `state.json` and `trainer.pt` (schedule
+        position, mini-batch generator) from rank 0."""
         root = Path(root)
         final = root / f"step_{self.state.step}"
         tmp = root / f".step_{self.state.step}.tmp"
@@ -349,14 +378,24 @@ class MegatronEngine:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir()
         dist.barrier(group=_control_group())
-        shard = tmp / f"mp_rank_{self.tp_rank:02d}_{self.pp_rank:03d}"
+        shard = tmp / shard_name(self.tp_rank, self.pp_rank)
         shard.mkdir(exist_ok=True)
-        torch.save(
-            {"model": self.model.module.state_dict(), "optimizer": self.optimizer.state_dict(), "rng": _rng_state()},
-            shard / "model_optim_rng.pt",
-        )
+        if self.dp_rank == 0:
+            torch.save(
+                {
+                    "model": self.model.module.state_dict(),
+                    "optimizer": self.optimizer.state_dict(),
+                    "rng": _rng_state(),
+                },
+                shard / MODEL_FILE,
+            )
+        if self.trainer.use_distributed_optimizer:
+            torch.save(mmodel.replica_optimizer_state(self.optimizer), shard / replica_optimizer_file(self.dp_rank))
         if rank == 0:
-            torch.save({"generator": self.generator.get_state(), "updates": self.updates}, tmp / "trainer.pt")
+            torch.save(
+                {"generator": self.generator.get_state(), "updates": self.updates, "data_parallel_size": self.dp},
+                tmp / TRAINER_FILE,
+            )
             (tmp / "state.json").write_text(json.dumps(asdict(self.state)))
         dist.barrier(group=_control_group())
         if rank == 0:
@@ -373,19 +412,58 @@ class MegatronEngine:
         return final
 
     def load_checkpoint(self, path: str | Path) -> None:
+        """Every replica reads the same model-parallel shard (`check_resumable` has vetted the layout)."""
         ckpt = resolve(path)
-        shard = ckpt / f"mp_rank_{self.tp_rank:02d}_{self.pp_rank:03d}" / "model_optim_rng.pt"
-        if not shard.is_file():
-            raise FileNotFoundError(f"{shard} missing: was the checkpoint written with the same TP x PP?")
-        blob = torch.load(shard, weights_only=False, map_location="cpu")
+        shard = ckpt / shard_name(self.tp_rank, self.pp_rank)
+        blob = torch.load(shard / MODEL_FILE, weights_only=False, map_location="cpu")
         self.model.module.load_state_dict(blob["model"], strict=True)
         self.optimizer.load_state_dict(blob["optimizer"])
+        if self.trainer.use_distributed_optimizer:
+            saved = torch.load(shard / replica_optimizer_file(self.dp_rank), weights_only=False, map_location="cpu")
+            mmodel.load_replica_optimizer_state(self.optimizer, saved)
         _set_rng_state(blob["rng"])
-        trainer = torch.load(ckpt / "trainer.pt", weights_only=False)
+        trainer = torch.load(ckpt / TRAINER_FILE, weights_only=False)
         self.generator.set_state(trainer["generator"])
         self.updates = int(trainer["updates"])
         self.state = TrainState(**json.loads((ckpt / "state.json").read_text()))
         self._consumed = set(self.state.consumed_ids)
+
+
+def shard_name(tp_rank: int, pp_rank: int) -> str:
+    return f"mp_rank_{tp_rank:02d}_{pp_rank:03d}"
+
+
+def replica_optimizer_file(dp_rank: int) -> str:
+    return f"optim_dp_{dp_rank:03d}.pt"
+
+
+def check_resumable(path: str | Path, trainer: MegatronTrainerConfig) -> Path:
+    """The resolved checkpoint directory, or a ValueError saying why `trainer` cannot resume from it.
+
+    The plain optimizer's state is the same on every data-parallel replica, so one saved with any
+    `data_parallel_size` resumes with any other; the distributed optimizer's is saved as each replica's
+    shard, so it resumes only onto as many replicas.
+    """
+    ckpt = resolve(path)
+    tp, pp = trainer.tensor_parallel_size, trainer.pipeline_parallel_size
+    expected = {shard_name(t, p) for t in range(tp) for p in range(pp)}
+    found = {d.name for d in ckpt.glob("mp_rank_*") if (d / MODEL_FILE).is_file()}
+    if found != expected:
+        raise ValueError(
+            f"{ckpt} holds {len(found)} model-parallel shard(s), not the {len(expected)} of tensor_parallel_size x "
+            f"pipeline_parallel_size = {tp} x {pp}: resume with the layout it was written with"
+        )
+    sharded = (ckpt / shard_name(0, 0) / replica_optimizer_file(0)).is_file()
+    if sharded != trainer.use_distributed_optimizer:
+        raise ValueError(f"{ckpt} was written with use_distributed_optimizer={sharded}; resume with the same setting")
+    if sharded:
+        saved_dp = int(torch.load(ckpt / TRAINER_FILE, weights_only=False)["data_parallel_size"])
+        if saved_dp != trainer.data_parallel_size:
+            raise ValueError(
+                f"{ckpt} holds distributed-optimizer state sharded over {saved_dp} data-parallel ranks; resume "
+                f"with data_parallel_size={saved_dp} (now {trainer.data_parallel_size})"
+            )
+    return ckpt
 
 
 def _rng_state() -> dict[str, Any]:
@@ -420,8 +498,5 @@ def _control_group() -> Any:
     return _CONTROL.get("group")
 
 
-def _from_last_stage(values: dict[str, float], last_rank: int) -> dict[str, float]:
-    """The last stage's metrics, on every rank of this pipeline."""
-    box = [values]
-    dist.broadcast_object_list(box, src=last_rank, group=_control_group())
-    return dict(box[0])
+def _zero_loss(mb: TokenBatch, logp: torch.Tensor, entropy: torch.Tensor) -> torch.Tensor:
+    return logp.sum() * 0.0

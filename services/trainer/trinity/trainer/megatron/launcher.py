@@ -1,4 +1,4 @@
-"""Start the TP x PP worker processes and talk to rank 0; fail fast and loudly, never hang.
+"""Start the TP x PP x DP worker processes and talk to rank 0; fail fast and loudly, never hang.
 
 Workers are `spawn`ed daemon processes (they also die with this process: see `worker.py`). Every wait
 on rank 0 polls the pipe with a deadline and checks that all workers are alive; a dead worker, an
@@ -11,23 +11,17 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue
-import socket
 import time
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 from trinity.config import MegatronTrainerConfig, RunConfig
+from trinity.runtime.redis_server import free_port
 from trinity.trainer.megatron.worker import run_worker
 
 
 class WorkerGroupError(RuntimeError):
     """A Megatron worker failed, died or did not answer in time; the group has been stopped."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 class WorkerGroup:

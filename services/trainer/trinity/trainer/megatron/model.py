@@ -127,15 +127,22 @@ def load_hf_weights(model: torch.nn.Module, model_path: str | Path, shape: Model
             own[name].copy_(tensor)
 
 
-def wrap_ddp(model: torch.nn.Module, config: Any) -> DistributedDataParallel:
-    """Megatron DDP (grad buffers; data-parallel size 1 here, but the optimizer expects the wrapper)."""
+def wrap_ddp(model: torch.nn.Module, config: Any, distributed_optimizer: bool) -> DistributedDataParallel:
+    """Megatron DDP: grad buffers, summed over the data-parallel group once per mini-batch.
+
+    A sum, not a mean (`calculate_per_token_loss` in `transformer_config`): each micro-batch loss is
+    already scaled by its share of the whole mini-batch. The reduction runs once, after the replica's
+    last micro-batch (`overlap_grad_reduce` off, Megatron's default).
+    """
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
 
-    ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, use_distributed_optimizer=False)
+    ddp_config = DistributedDataParallelConfig(
+        grad_reduce_in_fp32=True, use_distributed_optimizer=distributed_optimizer
+    )
     return DistributedDataParallel(config, ddp_config, model)
 
 
-def build_optimizer(ddp_model: torch.nn.Module, opt: OptimizerSection, dtype: str) -> Any:
+def build_optimizer(ddp_model: torch.nn.Module, opt: OptimizerSection, dtype: str, distributed: bool) -> Any:
     """Megatron's optimizer (torch AdamW underneath without TE/apex), decaying every parameter.
 
     The PyTorch backend applies weight decay to all parameters, so the standard Megatron exemption of
@@ -158,6 +165,42 @@ def build_optimizer(ddp_model: torch.nn.Module, opt: OptimizerSection, dtype: st
         bf16=torch_dtype == torch.bfloat16,
         fp16=torch_dtype == torch.float16,
         params_dtype=torch_dtype,
-        use_distributed_optimizer=False,
+        use_distributed_optimizer=distributed,
     )
     return get_megatron_optimizer(config, [ddp_model], config_overrides={})
+
+
+def _inner_optimizers(optimizer: Any) -> list[Any]:
+    """The torch optimizers under Megatron's (a `ChainedOptimizer` of one per parameter group kind, or one)."""
+    return [chained.optimizer for chained in getattr(optimizer, "chained_optimizers", [optimizer])]
+
+
+def replica_optimizer_state(optimizer: Any) -> list[dict[str, Any]]:
+    """This data-parallel replica's shard of the distributed optimizer: the torch optimizers' states
+    (step, moments) and the main parameters they update.
+
+    Megatron's own `save_parameter_state` / `load_parameter_state` (gathered on DP rank 0) cannot load
+    back with torch's Adam (no TE/Apex, as on CPU): 0.16.1 looks the per-parameter `step` up in the saved
+    shard, which it never saves (KeyError 'step'). Saving each replica's shard as it is avoids the gather too.
+    """
+    return [
+        {
+            "state": inner.state_dict(),
+            "main_params": [p.detach().clone() for g in inner.param_groups for p in g["params"]],
+        }
+        for inner in _inner_optimizers(optimizer)
+    ]
+
+
+def load_replica_optimizer_state(optimizer: Any, saved: list[dict[str, Any]]) -> None:
+    """Inverse of `replica_optimizer_state`, on the same data-parallel layout."""
+    inners = _inner_optimizers(optimizer)
+    if len(inners) != len(saved):
+        raise ValueError(f"optimizer shard holds {len(saved)} optimizers, this one has {len(inners)}")
+    for inner, part in zip(inners, saved, strict=True):
+        inner.load_state_dict(part["state"])
+        params = [p for g in inner.param_groups for p in g["params"]]
+        # With float32 weights the main params are views of the model's leaf params: copy without autograd.
+        with torch.no_grad():
+            for param, value in zip(params, part["main_params"], strict=True):
+                param.copy_(value)

@@ -9,36 +9,16 @@ process: the caller then stops the whole group, so no rank is left waiting in a 
 
 from __future__ import annotations
 
-import ctypes
 import os
-import signal
-import threading
-import time
 import traceback
 from datetime import timedelta
 from typing import Any
 
 from trinity.config import MegatronTrainerConfig, RunConfig
+from trinity.trainer.ranks.processes import die_with_parent
 
 WORKER_ENV = "TRINITY_MEGATRON_WORKER"
 _IDLE_TIMEOUT = timedelta(days=365)
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """Exit if the caller dies: PR_SET_PDEATHSIG on Linux, plus a polling thread as a fallback."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-    def watch() -> None:
-        while True:
-            if os.getppid() != parent_pid:
-                os._exit(1)
-            time.sleep(1.0)
-
-    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
 
 
 def run_worker(
@@ -53,7 +33,7 @@ def run_worker(
     """Process target: set up torch.distributed + Megatron, build the engine, serve commands.
 
     `config.trainer` is the run's `MegatronTrainerConfig` (world size, rendezvous, timeouts, threads)."""
-    _die_with_parent(parent_pid)
+    die_with_parent(parent_pid)
     trainer = config.trainer
     assert isinstance(trainer, MegatronTrainerConfig)
     os.environ.update(
