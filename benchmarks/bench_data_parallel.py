@@ -24,9 +24,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.bench_trainer import _experiences  # noqa: E402  (run as a script for the ranks)
-from benchmarks.common import write_result  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the ranks run this file as a script
+from benchmarks.bench_trainer import _experiences
+from benchmarks.common import write_result
 
 
 def _rank(rank: int, world: int, port: int, spec: dict[str, Any]) -> dict[str, Any]:

@@ -33,7 +33,7 @@ def test_a_two_rank_trainer_trains_every_step_and_the_explorer_serves_its_weight
 
 
 def test_every_experience_is_acknowledged_once_after_both_ranks_committed(dp_run):
-    summary, output = dp_run
+    summary, _ = dp_run
     counts = summary["experience_counts"]["stage0"]
     assert counts["put"] == counts["acked"] == 24
     assert counts["pending"] == counts["undelivered"] == counts["dead_letters"] == 0

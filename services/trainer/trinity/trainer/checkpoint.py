@@ -122,21 +122,26 @@ def save(
             torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
             torch.save(_rng_state(generator), tmp / "rng.pt")
             (tmp / "state.json").write_text(json.dumps(asdict(state)))
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(tmp, final)
+            publish(tmp, final, keep)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if rank == 0:
-        (root / f".{LATEST}.tmp").write_text(final.name)
-        os.replace(root / f".{LATEST}.tmp", root / LATEST)
-        if keep:
-            steps = sorted((p for p in root.glob("step_*") if p.is_dir()), key=lambda p: int(p.name.split("_")[1]))
-            for old in steps[:-keep]:
-                shutil.rmtree(old, ignore_errors=True)
     _barrier()
     return final
+
+
+def publish(tmp: Path, final: Path, keep: int | None) -> None:
+    """Rename a fully written checkpoint into place, point `latest` at it, keep the newest `keep`."""
+    root = final.parent
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    (root / f".{LATEST}.tmp").write_text(final.name)
+    os.replace(root / f".{LATEST}.tmp", root / LATEST)
+    if keep:
+        steps = sorted((p for p in root.glob("step_*") if p.is_dir()), key=lambda p: int(p.name.split("_")[1]))
+        for old in steps[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def resolve(path: str | Path) -> Path:

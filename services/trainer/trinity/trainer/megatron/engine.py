@@ -11,7 +11,6 @@ last pipeline stage, so both backends compute the same loss terms with the same 
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import time
@@ -38,7 +37,7 @@ from trinity.trainer.batch import (
     plan_micro_batches,
     to_samples,
 )
-from trinity.trainer.checkpoint import LATEST, TrainState, resolve
+from trinity.trainer.checkpoint import TrainState, publish, resolve
 from trinity.trainer.logprobs import gather_positions, sampling_temperature
 from trinity.trainer.megatron import model as mmodel
 from trinity.trainer.megatron.hf_mapping import megatron_to_hf, stage_layers
@@ -399,15 +398,7 @@ class MegatronEngine:
             (tmp / "state.json").write_text(json.dumps(asdict(self.state)))
         dist.barrier(group=_control_group())
         if rank == 0:
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-            (root / f".{LATEST}.tmp").write_text(final.name)
-            os.replace(root / f".{LATEST}.tmp", root / LATEST)
-            if keep:
-                steps = sorted((p for p in root.glob("step_*") if p.is_dir()), key=lambda p: int(p.name.split("_")[1]))
-                for old in steps[:-keep]:
-                    shutil.rmtree(old, ignore_errors=True)
+            publish(tmp, final, keep)
         dist.barrier(group=_control_group())
         return final
 
