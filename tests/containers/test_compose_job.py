@@ -196,7 +196,9 @@ def test_a_killed_explorer_container_is_restarted_and_rejoins(finished_run):
     restarts = int(docker("inspect", "-f", "{{.RestartCount}}", finished_run.killed))
     assert restarts == finished_run.restarts_before + 1  # the restart policy, not the test, brought it back
     messages = [e.message for e in finished_run.events]
-    assert any("lost (no heartbeat)" in m or "replaces" in m for m in messages), messages[-20:]
+    # Lost by silence, or by its restarted process registering first (the restart can beat the liveness window).
+    assert any(" lost (" in m for m in messages), messages
+    assert any(m.endswith(" restarted") or " replaces " in m for m in messages), messages
     generations = {m for m in messages if m.startswith("sync group generation")}
     assert len(generations) >= 2, generations  # the group was re-formed with the replacement
     assert gateway_pb2.RunState.Name(finished_run.final.state) == "RUN_STATE_SUCCEEDED"
