@@ -13,7 +13,7 @@ PROTO_OUT := services/common/trinity/v1
 DISTS := services/common sdk algorithms weights services/buffer services/gateway services/trainer services/explorer
 PYPROJECTS := $(addsuffix /pyproject.toml,$(DISTS) cli)
 
-.PHONY: setup lock proto config-docs test test-all test-containers bench gpu-check lint run clean
+.PHONY: setup lock proto config-docs test test-all test-containers bench learning-check gpu-check lint run clean
 
 setup: $(STAMP)
 
@@ -64,6 +64,12 @@ $(BENCH_STAMP): $(STAMP) requirements-bench.txt
 
 bench: $(BENCH_STAMP)
 	$(PY) -m benchmarks
+
+# The quickstart trained by GRPO, DAPO, GSPO, RLOO, REINFORCE++ and OPMD in turn (about 6 min each on 2 cores):
+# held-out accuracy curves to benchmarks/results/learning_check.json. `pytest -m slow tests/e2e/test_learning_check.py`
+# asserts each one rises.
+learning-check: $(STAMP)
+	$(PY) -m benchmarks.learning_check
 
 # On a CUDA machine with its own Python and torch (no venv of ours, no network there): benchmarks/gpu_check.py,
 # JSON to $(OUT) (default benchmarks/results). It fails at once without a CUDA device. The pure-Python packages

@@ -6,7 +6,8 @@ Call convention (keyword tensors; an estimator ignores inputs it does not use):
 - ``mask [batch, seq]``: boolean, true on the response tokens being trained,
 - ``group_ids [batch]`` int64: rows sampled for the same task share an id (GRPO's group),
 - where needed: ``values``, ``token_rewards``, ``old_logprobs``, ``teacher_logprobs`` (``[batch, seq]``),
-  and for GiGPO ``episode_ids``, ``step_group_ids``, ``step_rewards`` (``[batch]``).
+  for GiGPO ``episode_ids``, ``step_group_ids``, ``step_rewards``, for multi-step GRPO ``episode_ids``
+  and for ReMax ``reward_baselines`` (``[batch]``).
 
 Advantages are zero on masked positions and carry no gradient. ``returns`` (the critic's regression
 target) is given by estimators where it means something (GAE, REINFORCE++), otherwise ``None``.
@@ -189,6 +190,32 @@ def opmd(
     return broadcast_to_tokens(r - baseline, mask), None
 
 
+@register_advantage("remax")
+@torch.no_grad()
+def remax(
+    *,
+    rewards: torch.Tensor,
+    mask: torch.Tensor,
+    reward_baselines: torch.Tensor | None = None,
+    token_rewards: torch.Tensor | None = None,
+    **_: object,
+) -> AdvantageOutput:
+    """ReMax (Li et al. 2023): reward-to-go minus the reward of a greedy response to the same prompt.
+
+    ``A_t = G_t - b`` with ``G_t`` the undiscounted reward-to-go (the outcome reward for a scalar reward)
+    and ``b`` the row's ``reward_baselines [batch]``: the greedy decoding's reward, which the explorer
+    produces. Returns ``(advantages, G)``.
+    """
+    _check_rows(rewards, mask)
+    if reward_baselines is None:
+        raise ValueError("remax needs reward_baselines [batch]: the reward of a greedy response to each task")
+    if reward_baselines.shape != rewards.shape:
+        raise ValueError(f"reward_baselines must be [batch]={mask.shape[0]}, got {tuple(reward_baselines.shape)}")
+    per_token = outcome_token_rewards(rewards, mask) if token_rewards is None else token_rewards
+    returns = discounted_cumsum(per_token, mask, 1.0)
+    return returns - broadcast_to_tokens(reward_baselines.float(), mask), returns
+
+
 # -------------------------------------------------------------------------------------- token-level
 @register_advantage("reinforceplusplus", gamma=1.0)
 @torch.no_grad()
@@ -309,6 +336,67 @@ def _normalize_in_groups(values: torch.Tensor, group_ids: torch.Tensor, fnorm: s
     return (values.float() - mean) / (denom + epsilon)
 
 
+def _episode_rows(
+    episode_ids: torch.Tensor | None, batch: int, device: torch.device, pick: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(episode index of each row [batch], one row per episode [episodes])``; ``pick`` is ``amin`` for each
+    episode's first row or ``amax`` for its last. No ``episode_ids`` makes every row its own episode."""
+    if episode_ids is None:
+        episode_ids = torch.arange(batch, device=device)
+    if episode_ids.shape != (batch,):
+        raise ValueError(f"episode_ids must be [batch]={batch}, got shape {tuple(episode_ids.shape)}")
+    _, inverse = torch.unique(episode_ids, return_inverse=True)
+    n_eps = int(inverse.max().item()) + 1 if batch else 0
+    start = batch if pick == "amin" else -1
+    rows = torch.full((n_eps,), start, dtype=torch.long, device=device).scatter_reduce_(
+        0, inverse, torch.arange(batch, device=device), pick
+    )
+    return inverse, rows
+
+
+_STD_LEVELS = ("group", "batch", "none")
+
+
+@register_advantage("step_wise_grpo", epsilon=1e-6, enable_step_norm=False, std_cal_level="group")
+@torch.no_grad()
+def step_wise_grpo(
+    *,
+    rewards: torch.Tensor,
+    mask: torch.Tensor,
+    group_ids: torch.Tensor,
+    epsilon: float,
+    enable_step_norm: bool,
+    std_cal_level: str,
+    episode_ids: torch.Tensor | None = None,
+    **_: object,
+) -> AdvantageOutput:
+    """Multi-step GRPO: GRPO over whole episodes, the episode's score broadcast to each of its steps.
+
+    Each row is one step (one model turn); ``episode_ids [batch]`` says which rows form one episode, and
+    the reward of an episode's last row (in batch order) is its return. The returns are normalized in
+    their task group (``group_ids``): ``(R - mean_g) / (std + epsilon)`` with ``std`` the unbiased std of
+    the group (``group``), of every episode in the batch (``batch``), or no division (``none``). A group
+    of one episode has mean 0 and std 1. ``enable_step_norm`` divides an episode's score by its number of
+    steps, so long episodes do not weigh more. Groups whose returns are all equal get 0; dropping them is
+    the Buffer's ``reward_std_filter``.
+    """
+    _check_rows(rewards, mask, group_ids)
+    if std_cal_level not in _STD_LEVELS:
+        raise ValueError(f"step_wise_grpo std_cal_level must be one of {_STD_LEVELS}, got {std_cal_level!r}")
+    ep_inverse, last_row = _episode_rows(episode_ids, rewards.shape[0], rewards.device, "amax")
+    returns, groups = rewards[last_row].float(), group_ids[last_row]
+    if std_cal_level == "group":
+        scores = _normalize_in_groups(returns, groups, "std", epsilon)
+    else:
+        centred = _normalize_in_groups(returns, groups, "none", 0.0)
+        batch_std = returns.std() if returns.numel() > 1 else returns.new_ones(())
+        scores = centred / (batch_std + epsilon) if std_cal_level == "batch" else centred
+    if enable_step_norm:
+        steps = torch.zeros_like(scores).scatter_add_(0, ep_inverse, torch.ones_like(rewards, dtype=scores.dtype))
+        scores = scores / steps
+    return broadcast_to_tokens(scores[ep_inverse], mask), None
+
+
 @register_advantage("gigpo", omega=1.0, fnorm="none", epsilon=1e-6)
 @torch.no_grad()
 def gigpo(
@@ -346,15 +434,8 @@ def gigpo(
     _check_rows(rewards, mask, group_ids)
     if fnorm not in ("std", "none"):
         raise ValueError(f"gigpo fnorm must be 'std' or 'none', got {fnorm!r}")
-    batch = rewards.shape[0]
-    device = rewards.device
-    if episode_ids is None:
-        episode_ids = torch.arange(batch, device=device)
-    _, ep_inverse = torch.unique(episode_ids, return_inverse=True)
-    n_eps = int(ep_inverse.max().item()) + 1 if batch else 0
-    first_row = torch.full((n_eps,), batch, dtype=torch.long, device=device).scatter_reduce_(
-        0, ep_inverse, torch.arange(batch, device=device), "amin"
-    )
+    batch, device = rewards.shape[0], rewards.device
+    ep_inverse, first_row = _episode_rows(episode_ids, batch, device, "amin")
     episode_adv = _normalize_in_groups(rewards[first_row], group_ids[first_row], fnorm, epsilon)[ep_inverse]
 
     step_adv = torch.zeros(batch, device=device)

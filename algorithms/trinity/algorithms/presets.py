@@ -37,6 +37,9 @@ class AlgorithmPreset:
         required_buffer_operators: Buffer operators the data pipeline must apply (e.g. DAPO's dynamic
             sampling ``reward_std_filter``).
         reward_shaping: names of helpers in ``trinity.algorithms.reward_shaping`` the preset expects.
+        required_inputs: per-row tensors the components need beyond rewards, mask and group ids, which
+            the explorer or trainer must supply (e.g. ReMax's ``reward_baselines``).
+        uses_expert_data: the policy loss mixes expert-demonstration rows (``expert_mask``) into RL batches.
         data_kind: ``rollout`` (explored experience), ``sft`` (demonstrations) or ``preference`` (DPO pairs).
         repeat_times: default rollouts per task (the group size for group-relative advantages).
     """
@@ -60,6 +63,8 @@ class AlgorithmPreset:
     needs_teacher: bool = False
     required_buffer_operators: tuple[str, ...] = ()
     reward_shaping: tuple[str, ...] = ()
+    required_inputs: tuple[str, ...] = ()
+    uses_expert_data: bool = False
     data_kind: DataKind = "rollout"
     repeat_times: int = 1
 
@@ -172,6 +177,7 @@ for _preset in (
         policy_loss="mix_chord",
         advantage="grpo",
         entropy="mix",
+        uses_expert_data=True,
         repeat_times=8,
     ),
     AlgorithmPreset(
@@ -208,6 +214,7 @@ for _preset in (
         policy_loss="ppo",
         advantage="on_policy_distill",
         needs_teacher=True,
+        required_inputs=("teacher_logprobs",),
     ),
     AlgorithmPreset(
         name="jsd",
@@ -215,6 +222,7 @@ for _preset in (
         policy_loss="ppo",
         advantage="jsd",
         needs_teacher=True,
+        required_inputs=("teacher_logprobs",),
     ),
     AlgorithmPreset(
         name="gigpo",
@@ -223,6 +231,57 @@ for _preset in (
         advantage_args={"omega": 1.0, "fnorm": "none", "epsilon": 1e-6},
         policy_loss_args={"clip_range_low": 0.2, "clip_range_high": 0.2, "loss_agg_mode": "token-mean"},
         **{**_GROUP_RL, "advantage": "gigpo", "repeat_times": 8},
+    ),
+    AlgorithmPreset(
+        name="opmd",
+        description="OPMD: online policy mirror descent, group-mean baseline, tau-regularized REINFORCE loss",
+        policy_loss="opmd",
+        **{**_GROUP_RL, "advantage": "opmd"},
+    ),
+    AlgorithmPreset(
+        name="multi_step_grpo",
+        description="Multi-step GRPO: GRPO over whole episodes, each episode's score on every one of its steps",
+        policy_loss="ppo",
+        required_inputs=("episode_ids",),
+        **{**_GROUP_RL, "advantage": "step_wise_grpo", "repeat_times": 8},
+    ),
+    AlgorithmPreset(
+        name="mix",
+        description="MIX: PPO on rollouts mixed with plain SFT on expert rows at a constant weight mu",
+        policy_loss="mix",
+        advantage="grpo",
+        entropy="mix",
+        uses_expert_data=True,
+        repeat_times=8,
+    ),
+    AlgorithmPreset(
+        name="raft",
+        description="RAFT: fine-tune on the policy's own rewarded rollouts (SFT loss after a reward filter)",
+        policy_loss="sft",
+        required_buffer_operators=("reward_filter",),
+        repeat_times=4,
+    ),
+    AlgorithmPreset(
+        name="m2po",
+        description="M2PO: unclipped importance sampling, masking the tokens that push the log-ratio's "
+        "second moment over a bound (stale rollouts)",
+        policy_loss="m2po",
+        advantage="grpo",
+        entropy="default",
+        repeat_times=8,
+    ),
+    AlgorithmPreset(
+        name="remax",
+        description="ReMax: REINFORCE with the reward of a greedy response to the same task as baseline",
+        policy_loss="ppo",
+        required_inputs=("reward_baselines",),
+        **{**_GROUP_RL, "advantage": "remax", "repeat_times": 1},
+    ),
+    AlgorithmPreset(
+        name="is_ppo",
+        description="IS-PPO: the importance-sampling surrogate -A * pi / pi_old without PPO's clip",
+        policy_loss="importance_sampling",
+        **_GROUP_RL,
     ),
 ):
     register_preset(_preset)

@@ -47,7 +47,7 @@ def run_locally(config: RunConfig, output_dir: str | None, *, quiet: bool = Fals
 
     from trinity.cli.launcher import LocalStack
     from trinity.cli.main import EXIT_BAD_INPUT
-    from trinity.cli.monitor import RunMonitor
+    from trinity.cli.monitor import RunMonitor, preset_additions
     from trinity.models import resolve_model_path
     from trinity.runtime.errors import one_line
     from trinity.sdk import InvalidRunConfig, TrinityClient, TrinityError
@@ -66,7 +66,13 @@ def run_locally(config: RunConfig, output_dir: str | None, *, quiet: bool = Fals
     print(
         f"starting redis, gateway, buffer, trainer and {explorers} explorer(s); logs in {output / 'logs'}", flush=True
     )
-    monitor = RunMonitor(output, config.monitor, config.buffer.total_steps, show_progress=not quiet)
+    monitor = RunMonitor(
+        output,
+        config.monitor,
+        config.buffer.total_steps,
+        show_progress=not quiet,
+        applied_by_preset=preset_additions(stages),
+    )
     run: gateway_pb2.Run | None = None
     run_id, exit_code = "", 1
     counts: dict[str, Any] = {}

@@ -7,17 +7,41 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from trinity.config.run import MonitorConfig
+from trinity.config.preset_operators import applied_by_preset
+from trinity.config.run import MonitorConfig, RunConfig
 from trinity.sdk.metrics import RunMetrics
 from trinity.v1 import gateway_pb2
 
 
+def preset_additions(stages: Sequence[RunConfig]) -> list[dict[str, Any]]:
+    """Per stage, the data operators its algorithm preset added to the experience stream (none: left out)."""
+    return [
+        {
+            "stage": index,
+            "algorithm": stage.algorithm.algorithm_type,
+            "data_operators": [op.model_dump(mode="json", exclude_defaults=True) for op in added],
+        }
+        for index, stage in enumerate(stages)
+        if (added := applied_by_preset(stage))
+    ]
+
+
 class RunMonitor:
-    def __init__(self, output: Path, config: MonitorConfig, total_steps: int, *, show_progress: bool = True) -> None:
+    def __init__(
+        self,
+        output: Path,
+        config: MonitorConfig,
+        total_steps: int,
+        *,
+        show_progress: bool = True,
+        applied_by_preset: Sequence[dict[str, Any]] = (),
+    ) -> None:
         self.output = output
+        self.applied_by_preset = list(applied_by_preset)
         self.metrics = RunMetrics()
         self.started = time.time()
         self.total_steps = total_steps
@@ -37,6 +61,9 @@ class RunMonitor:
 
             self._bar = tqdm(total=total_steps, unit="step", desc="train", dynamic_ncols=True)
         self._last_eval = ""
+        for stage in self.applied_by_preset:
+            names = ", ".join(op["name"] for op in stage["data_operators"])
+            self.note(f"stage {stage['stage']}: {stage['algorithm']} applies data operators {names}")
 
     def on_event(self, event: gateway_pb2.RunEvent) -> None:
         self.metrics.add(event)
@@ -105,6 +132,7 @@ class RunMonitor:
             "weight_versions": self.metrics.weights,
             "states": self.metrics.states,
             "experience_counts": experience_counts,
+            "applied_by_preset": self.applied_by_preset,
         }
         (self.output / "summary.json").write_text(json.dumps(summary, indent=2))
         plot_curves(self.metrics, self.output / "reward_curve.png")

@@ -35,6 +35,7 @@ KINDS: Mapping[str, Kind] = {
             f"{_ALG}.presets",
             *("asymre", "cispo", "dapo", "dpo", "gigpo", "grpo", "gspo", "jsd", "mix_chord", "on_policy_distill"),
             *("ppo", "rec", "reinforceplusplus", "rloo", "sapo", "sft", "sppo", "topr"),
+            *("is_ppo", "m2po", "mix", "multi_step_grpo", "opmd", "raft", "remax"),
         ),
     ),
     "advantage": Kind(
@@ -42,7 +43,7 @@ KINDS: Mapping[str, Kind] = {
         _same(
             f"{_ALG}.advantages",
             *("asymre", "gae", "gigpo", "grpo", "jsd", "on_policy_distill", "opmd", "ppo", "rec", "reinforce"),
-            *("reinforceplusplus", "rloo"),
+            *("reinforceplusplus", "remax", "rloo", "step_wise_grpo"),
         ),
     ),
     "policy_loss": Kind(
@@ -51,7 +52,8 @@ KINDS: Mapping[str, Kind] = {
             **_same(f"{_LOSSES}.clipped", "ppo", "gspo", "cispo", "sapo", "sppo"),
             **_same(f"{_LOSSES}.reinforce", "topr", "opmd", "rec"),
             **_same(f"{_LOSSES}.offline", "sft", "sft_phi", "dpo"),
-            **_same(f"{_LOSSES}.chord", "mix_chord"),
+            **_same(f"{_LOSSES}.chord", "mix_chord", "mix"),
+            **_same(f"{_LOSSES}.unclipped", "importance_sampling", "m2po"),
         },
     ),
     "kl_estimator": Kind("trinity.kl_estimators", _same(f"{_ALG}.kl", "k1", "k2", "k3", "low_var_kl", "abs", "none")),
@@ -82,6 +84,7 @@ KINDS: Mapping[str, Kind] = {
             "countdown": f"{_REWARDS}.countdown",
             "format": f"{_REWARDS}.format",
             "math_format": f"{_REWARDS}.composite",
+            **_same(f"{_REWARDS}.judge", "judge_ruler", "judge_rubric"),
         },
     ),
     "engine": Kind(
@@ -97,7 +100,13 @@ KINDS: Mapping[str, Kind] = {
         "trinity.operators",
         _same(
             "trinity.buffer.operators.builtin",
-            *("reward_filter", "invalid_reward_filter", "reward_std_filter", "reward_shaping"),
+            *(
+                "reward_filter",
+                "invalid_reward_filter",
+                "reward_std_filter",
+                "overlong_reward_penalty",
+                "reward_shaping",
+            ),
         ),
     ),
     "selector": Kind(

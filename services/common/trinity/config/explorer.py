@@ -89,6 +89,31 @@ WORKFLOW_OPTIONS: dict[str, type[WorkflowOptions]] = {
 }
 
 
+JUDGE_REWARDS = ("judge_ruler", "judge_rubric")  # the built-in rewards that need `explorer.judge`
+
+
+class JudgeConfig(_Section):
+    """`explorer.judge`: the model the `judge_ruler` and `judge_rubric` rewards ask for scores."""
+
+    base_url: str = Field(
+        default="",
+        description="OpenAI-compatible endpoint (`http://host:8000/v1`); empty = the explorer starts `model` itself",
+    )
+    model: str = Field(
+        min_length=1, description="model name sent to `base_url`; without one, the judge's Hugging Face directory"
+    )
+    engine: Literal["vllm", "transformers"] = Field(
+        default="transformers", description="without `base_url`: the engine the judge model runs on"
+    )
+    api_key_env: str = Field(default="", description="environment variable holding the endpoint's bearer token")
+    temperature: float = Field(default=0.0, ge=0, description="judge sampling temperature; 0 = greedy")
+    max_tokens: int = Field(default=512, gt=0, description="tokens the judge may write per reply")
+    timeout_seconds: float = Field(default=60.0, gt=0, description="one judge call running longer fails")
+    max_attempts: int = Field(default=2, ge=1, description="calls per judgement before the fallback reward")
+    fallback_reward: float = Field(default=0.0, description="reward of responses the judge failed to score (counted)")
+    rubric: str = Field(default="", description="`judge_rubric`'s rubric for tasks without `payload.rubric`")
+
+
 class ExplorerConfig(_Section):
     """Rollouts: the engine and its options, the workflow and its options, sampling, evaluation, serve and bench."""
 
@@ -116,6 +141,13 @@ class ExplorerConfig(_Section):
     top_k: int = Field(default=-1, description="sample among the k likeliest tokens; <= 0 = all")
     stop: tuple[str, ...] = Field(default=(), description="strings that end a response (not included in it)")
     reward_timeout_seconds: float = Field(default=10.0, gt=0, description="a reward call running longer fails")
+    max_explore_factor: float = Field(
+        default=4.0,
+        ge=1.0,
+        description="while operators drop experiences (DAPO's dynamic sampling), explore more to fill the train "
+        "batches, up to this many times the explore steps that would feed them without drops",
+    )
+    judge: JudgeConfig | None = Field(default=None, description="judge model of the judge rewards; unset = none")
     eval_interval: int = Field(default=0, ge=0, description="evaluate every N weight versions; 0 = never")
     eval_on_start: bool = Field(default=True, description="evaluate the starting weights before exploring")
     eval_temperature: float = Field(default=1.0, ge=0, description="evaluation (and bench) sampling temperature")

@@ -58,6 +58,7 @@ def parse_composite_reward(spec: str) -> dict[str, float]:
 AlgorithmName = Annotated[str, AfterValidator(partial(check_name, "algorithm"))]
 WorkflowName = Annotated[str, AfterValidator(partial(check_name, "workflow"))]
 EngineName = Annotated[str, AfterValidator(partial(check_name, "engine"))]
+KLEstimatorName = Annotated[str, AfterValidator(partial(check_name, "kl_estimator"))]
 ChatEnvironmentName = Annotated[str, AfterValidator(partial(check_name, "chat_environment"))]
 StepEnvironmentName = Annotated[str, AfterValidator(partial(check_name, "step_environment"))]
 OperatorName = Annotated[str, AfterValidator(partial(check_name, "operator"))]

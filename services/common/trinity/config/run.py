@@ -12,8 +12,8 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from trinity.config.base import _check_name, _Section
 from trinity.config.buffer import BufferConfig
 from trinity.config.errors import ConfigError, format_validation_error
-from trinity.config.explorer import ExplorerConfig
-from trinity.config.registered import AlgorithmName, LossOverrides
+from trinity.config.explorer import JUDGE_REWARDS, ExplorerConfig
+from trinity.config.registered import AlgorithmName, KLEstimatorName, LossOverrides
 from trinity.config.sync import SynchronizerConfig
 from trinity.config.trainer import TorchTrainerConfig, TrainerConfig
 from trinity.runtime.limits import MAX_CONFIG_BYTES
@@ -49,6 +49,22 @@ class AlgorithmConfig(_Section):
     )
     kl_coef: float | None = Field(default=None, ge=0, description="KL-loss weight; None = the preset's")
     entropy_coef: float | None = Field(default=None, description="entropy-term weight; None = the preset's")
+    kl_penalty: KLEstimatorName | None = Field(
+        default=None, description="KL estimator subtracted from the token rewards ('none' = off); None = the preset's"
+    )
+    kl_penalty_coef: float | None = Field(default=None, ge=0, description="KL-penalty weight; None = the preset's")
+    kl_controller: Literal["fixed", "adaptive"] = Field(
+        default="fixed",
+        description="adaptive: the KL coefficient (the penalty's when on, else the loss's) follows kl_target",
+    )
+    kl_target: float = Field(default=0.1, gt=0, description="adaptive KL controller: the KL it steers toward")
+    kl_horizon: int = Field(default=10000, ge=1, description="adaptive KL controller: samples over which it adapts")
+    teacher_model: str = Field(
+        default="", description="Hugging Face directory of the teacher (on_policy_distill, jsd); same vocabulary"
+    )
+    expert_data_ratio: float = Field(
+        default=0.5, ge=0, lt=1, description="mode both, mix_chord: share of each train batch taken from offline_data"
+    )
 
 
 class MonitorConfig(_Section):
@@ -101,6 +117,11 @@ class RunConfig(_Section):
             )
         if offline and self.buffer.offline_data is None:
             raise ValueError(f"buffer.offline_data: required for {self.algorithm.algorithm_type!r}")
+        judged = [t for t in (self.buffer.taskset, *self.buffer.eval_tasksets) if t and t.reward_fn in JUDGE_REWARDS]
+        if judged and self.explorer.judge is None:
+            raise ValueError(
+                f"explorer.judge: required by task set {judged[0].name!r}'s reward {judged[0].reward_fn!r}"
+            )
         return self
 
     @property
@@ -194,8 +215,13 @@ def _resolve_paths(config: RunConfig, base: Path) -> RunConfig:
     model = config.model
     if model.path != "smollm2" and not Path(model.path).is_absolute() and (base / model.path).exists():
         model = model.model_copy(update={"path": str((base / model.path).resolve())})
+    algorithm = config.algorithm
+    if algorithm.teacher_model and (base / algorithm.teacher_model).exists():
+        algorithm = algorithm.model_copy(update={"teacher_model": fix(algorithm.teacher_model)})
     stages = tuple(_resolve_overlay_paths(overlay, fix) for overlay in config.stages)
-    return config.model_copy(update={"buffer": buffer.model_copy(update=updates), "model": model, "stages": stages})
+    return config.model_copy(
+        update={"buffer": buffer.model_copy(update=updates), "model": model, "algorithm": algorithm, "stages": stages}
+    )
 
 
 def _resolve_overlay_paths(overlay: dict[str, Any], fix: Any) -> dict[str, Any]:

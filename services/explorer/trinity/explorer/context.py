@@ -20,6 +20,7 @@ from trinity.clients.gateway import RunReporter
 from trinity.config import RunConfig, naming
 from trinity.explorer.engines.base import Engine, SamplingSettings
 from trinity.explorer.metrics import WEIGHT_VERSION
+from trinity.explorer.rewards.judge_client import JudgeSettings, build_judge
 from trinity.explorer.weight_feed import WeightFeed
 from trinity.explorer.workflows import create_workflow
 from trinity.explorer.workflows.base import RolloutSettings, Workflow
@@ -123,6 +124,12 @@ class ExplorerContext(ReportingRunner):
         kwargs = options if isinstance(options, dict) else options.model_dump()
         return create_workflow(self.config.explorer.workflow, **kwargs)
 
+    @cached_property
+    def judge(self) -> JudgeSettings | None:
+        """The judge of the judge rewards (`explorer.judge`), connected or loaded on first use."""
+        judge = self.config.explorer.judge
+        return build_judge(judge, self.config.seed) if judge is not None else None
+
     def rollout_settings(self, temperature: float, repeat_times: int) -> RolloutSettings:
         explorer = self.config.explorer
         sampling = SamplingSettings(
@@ -137,6 +144,7 @@ class ExplorerContext(ReportingRunner):
             sampling=sampling,
             reward_timeout_s=explorer.reward_timeout_seconds,
             run_id=self.run_id,
+            judge=self.judge,
         )
 
     def engine_guard(self) -> contextlib.AbstractContextManager[None]:
@@ -192,12 +200,12 @@ class ExplorerContext(ReportingRunner):
                 raise RuntimeError(f"weight sync failed: {self.feed.error}")
             self.wait(STAGED_POLL_S)
 
-    def wait_for_final_weights(self) -> None:
-        """Evaluate what training produced: wait (bounded) for the trainer's last published version."""
+    def wait_for_final_weights(self, train_steps: int) -> None:
+        """Evaluate what training produced: wait (bounded) for the version published after `train_steps`."""
         if self.feed is None:
             return
         sync = self.config.synchronizer
-        final = (self.config.buffer.total_steps // sync.sync_interval) * sync.sync_interval
+        final = (train_steps // sync.sync_interval) * sync.sync_interval
         deadline = time.monotonic() + sync.timeout_seconds
         while self.model_version < final and time.monotonic() < deadline:
             if self.feed.error is not None:
@@ -212,4 +220,6 @@ class ExplorerContext(ReportingRunner):
     def close(self) -> None:
         if self.feed is not None:
             self.feed.close()
+        if "judge" in self.__dict__ and self.judge is not None:  # only a judge that was built
+            self.judge.judge.close()
         self.engine.close()

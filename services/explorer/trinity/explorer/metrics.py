@@ -14,6 +14,9 @@ ROLLOUT_TOKENS_PER_SECOND = Gauge(
 REWARD_MEAN = Gauge("trinity_explorer_reward_mean", "Mean reward of the last explore step")
 WEIGHT_VERSION = Gauge("trinity_explorer_weight_version", "Weight version the engine serves")
 STALENESS = Gauge("trinity_explorer_staleness", "Explore steps between the served weights and the step being sampled")
+JUDGE_FALLBACKS = Counter(
+    "trinity_explorer_judge_fallbacks_total", "Responses given the fallback reward because the judge failed"
+)
 ENGINE_QUEUE = Gauge("trinity_explorer_engine_queue", "Samples submitted to the engine and not yet returned")
 
 

@@ -3,18 +3,43 @@
 Explore step k needs weights of version >= required_version(k) (synchronous when sync_offset is 0,
 one step ahead when 1, ...); in mode `explore` there is no trainer and any version serves. The held-out
 task sets are evaluated at the start, every `explorer.eval_interval` versions, and at the end.
+
+In mode `both` the explorer counts train batches, not explore steps: when the stream's operators drop
+experiences (DAPO's dynamic sampling drops groups without reward signal) it explores on until the stream
+holds `total_steps` train batches, or `explorer.max_explore_factor` times the steps that would have fed
+them undropped. The weight version a step needs follows the batches fed, so a trainer waiting for data
+never waits on an explorer waiting for weights.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
+from dataclasses import dataclass, replace
 
 from trinity.config import RunConfig
 from trinity.explorer.context import ExplorerContext
 from trinity.explorer.evaluation import evaluate, passed, task_results
 from trinity.explorer.metrics import ENGINE_QUEUE, record_rollout
+from trinity.explorer.workflows.base import Workflow
 from trinity.v1 import buffer_pb2, common_pb2
+
+# Presets whose advantage subtracts the reward of a greedy response (their `reward_baselines` input).
+GREEDY_BASELINE_ALGORITHMS = ("remax",)
+
+
+def needs_greedy_baseline(config: RunConfig, workflow: Workflow) -> bool:
+    """Whether rollouts add ReMax's greedy sample; a workflow that cannot add one is refused up front."""
+    algorithm = config.algorithm.algorithm_type
+    if algorithm not in GREEDY_BASELINE_ALGORITHMS:
+        return False
+    if not workflow.supports_greedy_baseline:
+        raise ValueError(
+            f"algorithm.algorithm_type: {algorithm!r} needs a greedy baseline sample per task, which workflow "
+            f"{config.explorer.workflow!r} cannot produce (use a single-turn workflow: math, countdown)"
+        )
+    return True
 
 
 def explore_steps(config: RunConfig) -> int:
@@ -25,13 +50,46 @@ def explore_steps(config: RunConfig) -> int:
     return -(-config.buffer.total_steps * config.train_batch_size // per_step)
 
 
+@dataclass(frozen=True)
+class ExploreBudget:
+    """When exploring stops and which step's weights a step needs, from the train batches fed so far.
+
+    `train_steps` is 0 without a trainer (mode `explore`): then explore steps alone count.
+    """
+
+    train_steps: int
+    step_cap: int
+
+    @classmethod
+    def of(cls, config: RunConfig) -> ExploreBudget:
+        steps = explore_steps(config)
+        if config.mode != "both":
+            return cls(train_steps=0, step_cap=steps)
+        return cls(config.buffer.total_steps, math.ceil(steps * config.explorer.max_explore_factor))
+
+    def more(self, step: int, fed: int) -> bool:
+        """Whether explore step `step` runs, with `fed` train batches in the stream."""
+        return step < self.step_cap and not (self.train_steps and fed >= self.train_steps)
+
+    def version_step(self, step: int, fed: int) -> int:
+        """The step whose weights explore step `step` needs: never past the batches the trainer could train."""
+        return min(step, fed) if self.train_steps else step
+
+    def capped(self, step: int, fed: int) -> bool:
+        """The cap, not the batches, ended exploring: the trainer gets fewer than `train_steps` batches."""
+        return bool(self.train_steps) and fed < self.train_steps and step >= self.step_cap
+
+
 def run(ctx: ExplorerContext) -> str:
     """Explore until the step limit, the task set runs out, or the run stops; returns the finish message."""
     cfg = ctx.config
     taskset_section = cfg.buffer.taskset
     if taskset_section is None:  # RunConfig refuses modes both/explore without one
         raise ValueError("buffer.taskset: required to explore")
-    settings = ctx.rollout_settings(cfg.explorer.temperature, cfg.algorithm.repeat_times)
+    settings = replace(
+        ctx.rollout_settings(cfg.explorer.temperature, cfg.algorithm.repeat_times),
+        greedy_baseline=needs_greedy_baseline(cfg, ctx.workflow),
+    )
     if cfg.mode == "both":
         # A replacement explorer continues the run's step count (and so its version requirement).
         ctx.step = int(ctx.gateway.get_run(ctx.run_id).explore_step)
@@ -41,9 +99,10 @@ def run(ctx: ExplorerContext) -> str:
     last_eval_version = 0
     taskset = ctx.taskset(taskset_section.name)
     stream = ctx.experience_stream()
-    limit = explore_steps(cfg)
-    while not ctx.stopped and ctx.step < limit:
-        if not ctx.wait_for_weights(ctx.step):
+    budget = ExploreBudget.of(cfg)
+    fed = _batches_fed(ctx, stream, budget)
+    while not ctx.stopped and budget.more(ctx.step, fed):
+        if not ctx.wait_for_weights(budget.version_step(ctx.step, fed)):
             break
         started = time.perf_counter()
         leased = ctx.buffer.lease_tasks(taskset, ctx.instance_id, cfg.buffer.batch_size)
@@ -59,7 +118,8 @@ def run(ctx: ExplorerContext) -> str:
         experiences = [e for batch in batches for e in batch]
         put = ctx.buffer.put(stream, experiences)
         ctx.buffer.complete_tasks(taskset, ctx.instance_id, task_results(leased.tasks, batches))
-        _report_step(ctx, experiences, put, time.perf_counter() - started)
+        fed = _batches_fed(ctx, stream, budget)
+        _report_step(ctx, experiences, put, time.perf_counter() - started, fed)
         ctx.step += 1
         interval = cfg.explorer.eval_interval
         if interval and cfg.buffer.eval_tasksets and ctx.model_version - last_eval_version >= interval:
@@ -68,10 +128,23 @@ def run(ctx: ExplorerContext) -> str:
             last_eval_version = ctx.model_version
     if ctx.abandoned:
         return "explorer stopped"
-    ctx.wait_for_final_weights()
+    if budget.capped(ctx.step, fed):
+        ctx.report(
+            "log",
+            message=f"explore cap reached: {ctx.step} explore steps filled {fed} of {cfg.buffer.total_steps} "
+            "train batches (raise explorer.max_explore_factor to sample more)",
+        )
+    ctx.wait_for_final_weights(min(fed, cfg.buffer.total_steps))  # no feed (mode explore): returns at once
     if cfg.buffer.eval_tasksets and ctx.model_version != last_eval_version:
         _evaluate(ctx)
     return "explorer finished"
+
+
+def _batches_fed(ctx: ExplorerContext, stream: str, budget: ExploreBudget) -> int:
+    """Train batches the stream has accepted so far, from every explorer of the run (after operators)."""
+    if not budget.train_steps:
+        return 0
+    return int(ctx.buffer.stream(stream).stats.put) // ctx.config.train_batch_size
 
 
 def _evaluate(ctx: ExplorerContext) -> None:
@@ -85,6 +158,7 @@ def _report_step(
     experiences: list[common_pb2.Experience],
     put: buffer_pb2.PutExperiencesResponse,
     seconds: float,
+    batches_fed: int,
 ) -> None:
     ok = [e for e in experiences if not e.failed]
     tokens = sum(len(e.response_token_ids) for e in experiences)
@@ -94,8 +168,10 @@ def _report_step(
         "pass_rate": _mean([passed(e) for e in ok]),
         "response_tokens": _mean([len(e.response_token_ids) for e in experiences]),
         "failed": float(len(experiences) - len(ok)),
+        "judge_fallbacks": float(sum(e.reward_components.get("judge_fallback", 0.0) for e in experiences)),
         "accepted": float(put.accepted),
         "dropped": float(sum(put.dropped.values())),
+        "train_batches_fed": float(batches_fed),
         "tokens_per_second": tokens / seconds if seconds > 0 else 0.0,
         "seconds": seconds,
     }

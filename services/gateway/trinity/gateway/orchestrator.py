@@ -19,6 +19,7 @@ import grpc
 from trinity.clients import BufferClient
 from trinity.config import RunConfig, naming, parse_run_config
 from trinity.config.errors import ConfigError
+from trinity.config.preset_operators import applied_by_preset, stream_operators
 from trinity.gateway.registry import InstanceRegistry
 from trinity.gateway.runs import TERMINAL, RunStore, now_ms
 from trinity.gateway.sync_groups import SyncGroups
@@ -226,7 +227,12 @@ class Orchestrator:
         with BufferClient(address, timeout=600) as buffer:
             stream = config.buffer.experience_stream
             stream_name = naming.experience_stream(run_id, stage, stream.name)
-            buffer.create_stream(stream.model_copy(update={"name": stream_name}), exist_ok=True)
+            operators = stream_operators(config)
+            buffer.create_stream(stream.model_copy(update={"name": stream_name, "operators": operators}), exist_ok=True)
+            added = applied_by_preset(config)
+            if added:
+                names = ", ".join(op.name for op in added)
+                self.event(run_id, "log", message=f"{config.algorithm.algorithm_type} applies data operators: {names}")
             if config.buffer.taskset is not None:
                 section = config.buffer.taskset
                 spec = section.model_copy(update={"name": naming.taskset(run_id, stage, section.name)})

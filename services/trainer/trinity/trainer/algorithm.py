@@ -22,7 +22,8 @@ def agg_mode(fn: Fn | None, default: str = "token-mean") -> str:
 class AlgorithmParts:
     """What one train step needs from the algorithm library (see `trinity.algorithms` for contracts).
 
-    advantage: `(rewards=[batch], mask=, group_ids=, ...) -> (advantages [batch, seq], returns | None)`;
+    advantage: `(rewards=[batch], mask=, group_ids=, ...) -> (advantages [batch, seq], returns | None)`, or
+    None for rollouts trained without one (RAFT: SFT on the rewarded samples);
     policy_loss: `(logprobs=, old_logprobs=, advantages=, mask=, ref_logprobs=) -> (loss, metrics)`;
     entropy: `(mask=, entropies=) -> (loss, metrics)`; value_loss: `(values=, old_values=, returns=, mask=)`;
     kl: per-token estimator for the KL loss term `kl_coef * agg(kl)`; kl_penalty: estimator subtracted
@@ -41,12 +42,11 @@ class AlgorithmParts:
     needs_reference: bool = False
     needs_critic: bool = False
     needs_teacher: bool = False
+    required_inputs: tuple[str, ...] = ()  # per-row advantage inputs a batch must carry (see `objectives`)
 
     def __post_init__(self) -> None:
         if self.data_kind not in DATA_KINDS:
             raise ValueError(f"data_kind must be one of {DATA_KINDS}, got {self.data_kind!r}")
-        if self.data_kind == "rollout" and self.advantage is None:
-            raise ValueError("a rollout algorithm needs an advantage function")
         if self.needs_critic and self.value_loss is None:
             raise ValueError("an algorithm with a critic needs a value loss")
 
@@ -65,8 +65,14 @@ def resolve_algorithm(config: AlgorithmConfig) -> AlgorithmParts:
         entropy_over["entropy_coef"] = config.entropy_coef
     kl_coef = p.kl_loss_coef if config.kl_coef is None else config.kl_coef
     kl_coef = float(kl_coef) if p.kl_loss != "none" else 0.0
+    penalty = p.kl_penalty if config.kl_penalty is None else config.kl_penalty
+    penalty_coef = p.kl_penalty_coef if config.kl_penalty_coef is None else config.kl_penalty_coef
+    if penalty != "none" and p.data_kind != "rollout":
+        raise ValueError(f"algorithm.kl_penalty: {p.name!r} trains on {p.data_kind} data, which has no rewards")
+    if p.needs_teacher and not config.teacher_model:
+        raise ValueError(f"algorithm.teacher_model: {p.name!r} distills from a teacher; give its model directory")
     # A zero KL weight makes the reference model dead weight (a whole extra forward pass); skip it.
-    needs_reference = p.needs_reference and (kl_coef > 0 or p.kl_penalty != "none" or p.data_kind == "preference")
+    needs_reference = (p.needs_reference and (kl_coef > 0 or p.data_kind == "preference")) or penalty != "none"
     return AlgorithmParts(
         data_kind=p.data_kind,
         policy_loss=p.build_policy_loss(**config.policy_loss),
@@ -75,9 +81,10 @@ def resolve_algorithm(config: AlgorithmConfig) -> AlgorithmParts:
         value_loss=p.build_value_loss(**config.value_loss),
         kl=p.build_kl_loss() if p.kl_loss != "none" else None,
         kl_coef=kl_coef,
-        kl_penalty=p.kl_penalty if p.kl_penalty != "none" else None,
-        kl_penalty_coef=float(p.kl_penalty_coef),
+        kl_penalty=penalty if penalty != "none" else None,
+        kl_penalty_coef=float(penalty_coef),
         needs_reference=needs_reference,
         needs_critic=p.needs_critic,
         needs_teacher=p.needs_teacher,
+        required_inputs=tuple(p.required_inputs),
     )

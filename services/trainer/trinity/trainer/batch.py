@@ -29,6 +29,7 @@ from trinity.v1 import common_pb2
 KIND_ROLLOUT = common_pb2.EXPERIENCE_KIND_ROLLOUT
 KIND_SFT = common_pb2.EXPERIENCE_KIND_SFT
 KIND_PREFERENCE = common_pb2.EXPERIENCE_KIND_PREFERENCE
+REWARD_BASELINE = "reward_baseline"  # the reward component the explorer writes for ReMax
 
 
 @dataclass
@@ -58,6 +59,8 @@ class Sample:
     model_version: int = 0
     rejected: TokenSequence | None = None
     expert: bool = False  # a demonstration (SFT kind) inside an RL batch: CHORD's expert rows
+    episode: int | None = None  # multi-step episodes: rows of one episode share it (numbered like groups)
+    reward_baseline: float | None = None  # ReMax: the greedy response's reward (`reward_components`)
 
     @property
     def sequences(self) -> list[TokenSequence]:
@@ -160,8 +163,9 @@ def to_samples(
     max_seq_len: int | None = None,
 ) -> list[Sample]:
     """Tokenize (when needed) and annotate experiences. Group ids are numbered in order of appearance;
-    an experience without a group id is a group of its own."""
+    an experience without a group id is a group of its own; episode ids likewise, None without one."""
     groups: dict[str, int] = {}
+    episodes: dict[str, int] = {}
     samples: list[Sample] = []
     for exp in experiences:
         key = exp.group_id or f"\x00{exp.id}\x00{len(samples)}"
@@ -201,6 +205,8 @@ def to_samples(
                 model_version=int(exp.model_version),
                 rejected=rejected,
                 expert=exp.kind == KIND_SFT,
+                episode=episodes.setdefault(exp.episode_id, len(episodes)) if exp.episode_id else None,
+                reward_baseline=exp.reward_components.get(REWARD_BASELINE),
             )
         )
     return samples
@@ -424,6 +430,7 @@ def filter_experiences(
     experiences: Sequence[common_pb2.Experience], consumed: set[str], step: int, max_staleness: int | None
 ) -> tuple[list[common_pb2.Experience], dict[str, float]]:
     """Drop failed, duplicate (already trained: in `consumed`) and too-stale experiences, counting each.
+    Demonstrations (SFT kind) are never stale: no policy sampled them.
 
     Shared by every training backend, so that they drop and count the same way."""
     keep, failed, dup, stale = [], 0, 0, 0
@@ -432,7 +439,7 @@ def filter_experiences(
             failed += 1
         elif e.id and e.id in consumed:
             dup += 1
-        elif max_staleness is not None and step - e.model_version > max_staleness:
+        elif max_staleness is not None and e.kind != KIND_SFT and step - e.model_version > max_staleness:
             stale += 1
         else:
             keep.append(e)

@@ -4,8 +4,8 @@ Layout of `<checkpoint_dir>/step_<n>/`: `dcp/` (a `torch.distributed.checkpoint`
 critic when PPO has one, and the optimizer state, keyed by parameter name: each rank writes its own
 shards, and a checkpoint loads onto any number of ranks), `scheduler.pt`, `rng.pt` (torch, python, numpy
 and the backend's own generator: the same on every rank, which share one seed), `state.json` (step, model
-version, consumed experience ids). A checkpoint is written to a temporary directory and renamed into
-place, and `latest` is updated after, so a crash mid-save leaves the previous checkpoint intact. With
+version, consumed experience ids, the KL coefficient). A checkpoint is written to a temporary directory and
+renamed into place, and `latest` is updated after, so a crash mid-save leaves the previous checkpoint intact. With
 several ranks the directory must be one that every rank sees (shared storage across hosts).
 """
 
@@ -39,6 +39,7 @@ class TrainState:
     step: int = 0
     model_version: int = 0
     consumed_ids: list[str] = field(default_factory=list)
+    kl_coef: float | None = None  # the KL controller's coefficient for the next step (None: a fixed one)
 
     def continue_versions_after(self, version: int) -> int:
         """Number the next weights after `version`: a resumed trainer whose predecessor published versions

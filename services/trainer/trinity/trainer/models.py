@@ -72,6 +72,23 @@ def causal_lm(model: nn.Module) -> PreTrainedModel:
     return lm
 
 
+def load_teacher(
+    path: str | Path, student: nn.Module, dtype: str | torch.dtype, device: torch.device | str
+) -> PreTrainedModel:
+    """The frozen teacher of distillation from `path` (`algorithm.teacher_model`). Its log-probs are read at
+    the student's token ids, so it must have the student's vocabulary."""
+    if not Path(path).is_dir():
+        raise ValueError(f"algorithm.teacher_model: {str(path)!r} is not a model directory")
+    teacher = load_causal_lm(path, dtype, device)
+    mine, theirs = causal_lm(student).config.vocab_size, teacher.config.vocab_size
+    if mine != theirs:
+        raise ValueError(
+            f"algorithm.teacher_model: {str(path)!r} has a vocabulary of {theirs} tokens, the policy {mine}; "
+            "distillation needs the same tokenizer"
+        )
+    return freeze(teacher)  # type: ignore[return-value]  # freeze returns its argument
+
+
 def freeze(model: nn.Module) -> nn.Module:
     model.eval()
     for p in model.parameters():

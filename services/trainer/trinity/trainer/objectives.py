@@ -22,11 +22,11 @@ import torch
 
 from trinity.algorithms import agg_loss, apply_kl_penalty, masked_mean, outcome_token_rewards
 from trinity.trainer.algorithm import AlgorithmParts, agg_mode
-from trinity.trainer.batch import Sample, TokenBatch, TokenSequence, collate
+from trinity.trainer.batch import REWARD_BASELINE, Sample, TokenBatch, TokenSequence, collate
 
 MicroObjective = Callable[[list[int], list[int]], tuple[torch.Tensor, dict[str, float], float]]
 PAIR_MEAN = "pair-mean"  # DPO: the mean over (chosen, rejected) pairs
-ForwardModel = Literal["policy", "reference", "critic"]
+ForwardModel = Literal["policy", "reference", "critic", "teacher"]
 
 
 class PolicyForward(Protocol):
@@ -50,7 +50,7 @@ class PolicyForward(Protocol):
 
     def forward_rows(self, rows: list[TokenSequence], model: ForwardModel) -> torch.Tensor:
         """No grad, over all `rows` in token-budget micro-batches: `[rows, max_resp]` log-probs under the
-        policy or the frozen reference, or the critic's values."""
+        policy, the frozen reference or the frozen teacher, or the critic's values."""
         ...
 
 
@@ -88,6 +88,34 @@ def _rows_of(samples: list[Sample]) -> tuple[list[TokenSequence], list[list[int]
     return rows, index
 
 
+INPUT_SOURCES = {
+    "episode_ids": "Experience.episode_id, written by multi-step workflows",
+    "reward_baselines": f"Experience.reward_components[{REWARD_BASELINE!r}], the greedy sample's reward",
+}
+
+
+def _row_inputs(samples: list[Sample]) -> dict[str, torch.Tensor | None]:
+    """Per-row advantage inputs that only some rollouts carry: episode ids (multi-step workflows; a row
+    without one is an episode of its own) and ReMax's greedy reward baselines (all rows or none)."""
+    episodes = None
+    if any(s.episode is not None for s in samples):
+        known = 1 + max(s.episode for s in samples if s.episode is not None)
+        own = iter(range(known, known + len(samples)))
+        episodes = torch.tensor([s.episode if s.episode is not None else next(own) for s in samples])
+    baselines = [s.reward_baseline for s in samples]
+    have_all = all(b is not None for b in baselines)
+    return {
+        "episode_ids": episodes,
+        "reward_baselines": torch.tensor(baselines, dtype=torch.float32) if have_all else None,
+    }
+
+
+def _teacher_logprobs(forward: PolicyForward, rows: list[TokenSequence], full: TokenBatch) -> torch.Tensor:
+    if full.teacher_logprobs is not None and all(r.teacher_logprobs is not None for r in rows):
+        return full.teacher_logprobs
+    return forward.forward_rows(rows, "teacher")
+
+
 def build_objective(
     forward: PolicyForward,
     alg: AlgorithmParts,
@@ -100,7 +128,9 @@ def build_objective(
     """The objective of one train step on `samples` (the policy's `step`-th update), and its batch metrics.
 
     Old log-probs are the sampler's unless a row lacks them or `recompute_old_logprobs` is set; then
-    the policy's own, before the step's first update.
+    the policy's own, before the step's first update. Teacher log-probs (distillation) are the
+    experiences' own when every row has them, else one teacher pass here: once per experience, since a
+    step trains each experience once and its epochs reuse what is prepared here.
     """
     rows, row_index = _rows_of(samples)
     full = collate(rows, forward.pad_id)
@@ -125,6 +155,9 @@ def build_objective(
             old = full.old_logprobs
         if critic is not None:
             values = forward.forward_rows(rows, "critic")
+        teacher = _teacher_logprobs(forward, rows, full) if alg.needs_teacher else None
+        if teacher is not None and old is not None:
+            prep["teacher_kl"] = float(masked_mean(old - teacher, mask))  # sampled KL(policy || teacher)
         rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
         token_rewards = full.token_rewards
         if alg.kl_penalty is not None and ref is not None and old is not None:
@@ -144,19 +177,21 @@ def build_objective(
             "token_rewards": token_rewards,
             "old_logprobs": old,
             "ref_logprobs": ref,
-            "teacher_logprobs": full.teacher_logprobs,
+            "teacher_logprobs": teacher,
         }
+        optional.update(_row_inputs(samples))
         inputs.update({k: v for k, v in optional.items() if v is not None})
-        assert alg.advantage is not None
-        advantages, returns = alg.advantage(**inputs)
-        advantages = advantages.detach()
+        missing = [name for name in alg.required_inputs if name not in inputs]
+        if missing:
+            sources = ", ".join(f"{name} (from {INPUT_SOURCES.get(name, 'the experiences')})" for name in missing)
+            raise ValueError(f"the algorithm's advantage needs per-row {sources}, which this batch lacks")
         prep.update(
-            {
-                "reward/mean": float(rewards.mean()),
-                "reward/std": float(rewards.std()) if len(samples) > 1 else 0.0,
-                "advantage/mean": float(masked_mean(advantages, mask)),
-            }
+            {"reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()) if len(samples) > 1 else 0.0}
         )
+        if alg.advantage is not None:  # RAFT trains on its filtered rollouts by SFT, without advantages
+            advantages, returns = alg.advantage(**inputs)
+            advantages = advantages.detach()
+            prep["advantage/mean"] = float(masked_mean(advantages, mask))
 
     entropy_params = getattr(alg.entropy, "params", None) or {}
     entropy_mode: bool | str = True if alg.entropy is not None and entropy_params.get("entropy_coef", 1) else "detached"

@@ -26,6 +26,7 @@ from trinity.runtime.errors import one_line
 from trinity.runtime.logging import get_logger
 from trinity.runtime.run_host import ReportingRunner
 from trinity.trainer.backend import TrainerBackend
+from trinity.trainer.expert_data import ExpertStream, uses_expert_data
 from trinity.trainer.metrics import record_step
 from trinity.trainer.ranks import ReplicatedBackend, build_run_backend
 from trinity.trainer.weight_publisher import FormingStopped, WeightPublisher
@@ -74,7 +75,8 @@ class TrainerRunner(ReportingRunner):
         self._stop = threading.Event()
         self._drain = threading.Event()
         self._leaving = False  # stopping because this process shuts down: the run goes on elsewhere
-        self._unacked: list[str] = []
+        self._unacked: dict[str, list[str]] = {}  # stream -> entries trained but not yet acknowledged
+        self.expert: ExpertStream | None = None
         self._thread = threading.Thread(target=self._main, name=f"trainer-{run_id}", daemon=True)
         self.stage_dir = run_dir(config, run_id) / f"stage{stage}"
         self.stream = naming.experience_stream(run_id, stage, config.buffer.experience_stream.name)
@@ -142,6 +144,12 @@ class TrainerRunner(ReportingRunner):
         self._resume(backend)
         # The same instance id restarted: what this consumer held when it died is ours to train again.
         self.buffer.nack(self.stream, self.instance_id, all_pending=True)
+        if uses_expert_data(cfg):
+            self.expert = ExpertStream(self.buffer, cfg, self.run_id, self.stage, self.instance_id)
+            loaded = self.expert.open()
+            self._report(
+                "log", message=f"mixing {self.expert.per_batch} demonstrations into each batch ({loaded} loaded)"
+            )
         self.state = "running"
         if cfg.mode == "both":
             self.publisher = WeightPublisher(
@@ -161,21 +169,24 @@ class TrainerRunner(ReportingRunner):
             if batch is None:
                 break
             entry_ids, experiences, dropped_stale = batch
+            experts = sum(e.kind == common_pb2.EXPERIENCE_KIND_SFT for e in experiences)
             started = time.perf_counter()
             metrics = backend.train_step(experiences)
             if metrics.get("skipped"):
                 # Nothing new (all already trained, e.g. redelivered after a crash): they are in the
                 # checkpoint already, so acknowledge them at once.
-                self.buffer.ack(self.stream, entry_ids)
+                self._ack(entry_ids)
                 continue
             metrics["seconds"] = time.perf_counter() - started
             metrics["dropped_stale"] = float(dropped_stale)
+            if self.expert is not None:
+                metrics["expert_samples"] = float(experts)
             self._commit(backend, entry_ids)
             if self.publisher is not None and self.step % cfg.synchronizer.sync_interval == 0:
                 metrics.update(self.publisher.publish(self.model_version, backend.named_weights))
             record_step(metrics)
             self._report("train", step=self.step, metrics=metrics)
-        self._commit(backend, [], checkpoint=True)  # the final state is a checkpoint too: resume continues from it
+        self._commit(backend, {}, checkpoint=True)  # the final state is a checkpoint too: resume continues from it
         if self._leaving:
             return None
         return backend.save_hf(self.stage_dir / "final")
@@ -194,8 +205,11 @@ class TrainerRunner(ReportingRunner):
         if path is not None:
             self._report("log", message=f"resumed from {path} at step {self.step}, version {self.model_version}")
 
-    def _read_batch(self, backend: TrainerBackend) -> tuple[list[str], list[common_pb2.Experience], int] | None:
-        """Exactly one train batch, or what is left when draining; None when there is nothing more."""
+    def _read_batch(
+        self, backend: TrainerBackend
+    ) -> tuple[dict[str, list[str]], list[common_pb2.Experience], int] | None:
+        """Exactly one train batch, or what is left when draining; None when there is nothing more.
+        The entries read, by stream; with expert data, the batch's demonstrations follow its rollouts."""
         cfg = self.config
         want = cfg.train_batch_size
         staleness = cfg.synchronizer.max_staleness
@@ -215,21 +229,34 @@ class TrainerRunner(ReportingRunner):
                 self.publisher.reform(self.model_version, backend.named_weights)
             if not got.experiences and self._drain.is_set():
                 break
-        if self._stop.is_set() and entry_ids:
-            self.buffer.nack(self.stream, self.instance_id, entry_ids)  # read, not trained: back to the stream
-        if self._stop.is_set() or not experiences:
+        read = {self.stream: entry_ids}
+        if self.expert is not None and experiences and not self._stop.is_set():
+            expert_ids, demonstrations = self.expert.read()
+            read[self.expert.name] = expert_ids
+            experiences += demonstrations
+        if self._stop.is_set():
+            for stream, ids in read.items():
+                if ids:
+                    self.buffer.nack(stream, self.instance_id, ids)  # read, not trained: back to the stream
             return None
-        return entry_ids, experiences, dropped
+        if not experiences:
+            return None
+        return read, experiences, dropped
 
-    def _commit(self, backend: TrainerBackend, entry_ids: list[str], *, checkpoint: bool = False) -> None:
+    def _ack(self, entries: dict[str, list[str]]) -> None:
+        for stream, ids in entries.items():
+            if ids:
+                self.buffer.ack(stream, ids)
+
+    def _commit(self, backend: TrainerBackend, entries: dict[str, list[str]], *, checkpoint: bool = False) -> None:
         """Acknowledge once the update that used the entries is durable: the backend checkpoints every
         `save_interval` steps (with the consumed ids); without checkpoints, once the update is applied."""
-        self._unacked += entry_ids
+        for stream, ids in entries.items():
+            self._unacked.setdefault(stream, []).extend(ids)
         interval = self.config.trainer.save_interval
         if checkpoint:
             backend.save_checkpoint()
         elif interval and self.step % interval:
             return  # acknowledged with the next checkpoint
-        if self._unacked:
-            self.buffer.ack(self.stream, self._unacked)
-            self._unacked = []
+        self._ack(self._unacked)
+        self._unacked = {}

@@ -36,6 +36,7 @@ from trinity.trainer.batch import (
     max_seq_len,
     to_samples,
 )
+from trinity.trainer.kl_control import KLCoefficient
 from trinity.trainer.logprobs import sampling_temperature
 from trinity.trainer.models import (
     ReferencePolicy,
@@ -45,6 +46,7 @@ from trinity.trainer.models import (
     causal_lm,
     freeze,
     load_causal_lm,
+    load_teacher,
     load_tokenizer,
 )
 from trinity.trainer.objectives import CriticTerm, ForwardModel, MicroObjective, PolicyForward, build_objective
@@ -102,6 +104,11 @@ class TorchBackend(PolicyForward):
             self.reference = ReferencePolicy(
                 self._policy_pass, self._sharded(self._pass(copy), copy) if copy is not None else None
             )
+        self._teacher_pass: TokenLogprobs | None = None
+        if self.algorithm.needs_teacher:
+            teacher = load_teacher(config.algorithm.teacher_model, model, self.precision.load, self.device)
+            self._teacher_pass = self._sharded(self._pass(teacher), teacher)
+        self.kl = KLCoefficient(self.algorithm, config.algorithm)
         self.critic: ValueModel | None = None
         if self.algorithm.needs_critic:
             critic = ValueModel(path, self.precision.load, self.device)
@@ -179,6 +186,8 @@ class TorchBackend(PolicyForward):
             generator=self.generator,
         )
         self._consumed = set(self.state.consumed_ids)
+        if self.state.kl_coef is not None:
+            self.kl.value = self.state.kl_coef
 
     def continue_versions_after(self, version: int) -> None:
         self.state.continue_versions_after(version)
@@ -209,6 +218,10 @@ class TorchBackend(PolicyForward):
             return lambda mb: critic(mb.to(self.device))
         if model == "policy":
             return lambda mb: self._token_logprobs(self._policy_pass, mb, False)[0]
+        if model == "teacher":
+            teacher = self._teacher_pass
+            assert teacher is not None
+            return lambda mb: self._token_logprobs(teacher, mb, False)[0]
         assert self.reference is not None
         reference = self.reference
 
@@ -245,11 +258,14 @@ class TorchBackend(PolicyForward):
         staleness = [self.step - s.model_version for s in samples]
         metrics.update({"staleness/mean": sum(staleness) / len(staleness), "staleness/max": float(max(staleness))})
 
+        metrics["kl_coef"] = self.kl.value
         objective, prep = self._objective(samples)
         metrics.update(prep)
         metrics.update(self._optimize(samples, objective))
+        self.kl.update(metrics, len(samples))
 
         self.state.step += 1
+        self.state.kl_coef = self.kl.value
         self.state.model_version += 1
         new_ids = [s.id for s in samples if s.id]
         self.state.consumed_ids.extend(new_ids)
@@ -331,7 +347,7 @@ class TorchBackend(PolicyForward):
         critic = CriticTerm(self.critic, self.trainer.value_loss_coef) if self.critic is not None else None
         return build_objective(
             self,
-            self.algorithm,
+            self.kl.apply(self.algorithm),
             samples,
             step=self.step,
             recompute_old_logprobs=self.trainer.recompute_old_logprobs,

@@ -17,10 +17,15 @@ Experiences = list[common_pb2.Experience]
 
 @register_operator("reward_filter")
 def reward_filter(
-    experiences: Experiences, ctx: OperatorContext, min_reward: float = -math.inf, max_reward: float = math.inf
+    experiences: Experiences,
+    ctx: OperatorContext,
+    min_reward: float = -math.inf,
+    max_reward: float = math.inf,
+    above: float = -math.inf,
 ) -> Experiences:
-    """Keep experiences whose reward lies in [min_reward, max_reward]."""
-    return [e for e in experiences if min_reward <= e.reward <= max_reward]
+    """Keep experiences whose reward lies in [min_reward, max_reward] and is strictly greater than `above`
+    (RAFT keeps the rewarded samples: `above: 0`)."""
+    return [e for e in experiences if min_reward <= e.reward <= max_reward and e.reward > above]
 
 
 @register_operator("invalid_reward_filter")
@@ -41,6 +46,36 @@ def reward_std_filter(experiences: Experiences, ctx: OperatorContext, min_std: f
         groups[e.group_id].append(e.reward)
     keep = {gid for gid, rewards in groups.items() if _population_std(rewards) > min_std}
     return [e for e in experiences if e.group_id in keep]
+
+
+@register_operator("overlong_reward_penalty")
+def overlong_reward_penalty(
+    experiences: Experiences,
+    ctx: OperatorContext,
+    max_response_length: float,
+    cache_length: float,
+    penalty_factor: float = 1.0,
+) -> Experiences:
+    """DAPO's soft overlong punishment added to each reward (kept as `reward_components["overlong_penalty"]`).
+
+    0 up to `max_response_length - cache_length` response tokens, then linear down to -1 at
+    `max_response_length`, -1 beyond; all times `penalty_factor`. The formula of
+    `trinity.algorithms.overlong_reward_penalty`, restated here because the buffer pulls no torch (a test
+    holds the two equal). Failed experiences keep their reward: the failure is what they report.
+    """
+    if not 0 < cache_length <= max_response_length:
+        raise ValueError(
+            f"overlong_reward_penalty: need 0 < cache_length <= max_response_length, "
+            f"got cache_length={cache_length} and max_response_length={max_response_length}"
+        )
+    expected = max_response_length - cache_length
+    for e in experiences:
+        if e.failed:
+            continue
+        penalty = penalty_factor * min(0.0, max(-1.0, (expected - len(e.response_token_ids)) / cache_length))
+        e.reward_components["overlong_penalty"] = penalty
+        e.reward += penalty
+    return experiences
 
 
 @register_operator("reward_shaping")

@@ -15,25 +15,30 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from trinity.explorer.engines.base import Engine, SamplingSettings
-from trinity.explorer.rewards import RewardFn, evaluate_reward, get_reward
+from trinity.explorer.rewards import RewardFn, RewardOutcome, evaluate_reward, get_reward
+from trinity.explorer.rewards.judge import GroupReward
+from trinity.explorer.rewards.judge_client import JudgeSettings
 from trinity.registry import Registry
 from trinity.v1 import common_pb2
 
 
 @dataclass(frozen=True)
 class RolloutSettings:
-    """How to run a task: repeats (the GRPO group size), sampling, and the reward time limit."""
+    """How to run a task: repeats (the GRPO group size), sampling, the reward time limit, the judge if any."""
 
     repeat_times: int = 1
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     reward_timeout_s: float = 10.0
     run_id: str = ""
+    judge: JudgeSettings | None = None  # for the judge rewards (`explorer.judge`)
+    greedy_baseline: bool = False  # ReMax: one greedy sample per task, its reward on every row as `reward_baseline`
 
 
 class Workflow(ABC):
     """Runs one task; subclasses register with `@WORKFLOWS.register(name)`."""
 
     default_reward: str = ""
+    supports_greedy_baseline: bool = False  # can add the greedy sample ReMax's baseline needs
 
     @abstractmethod
     def run(self, task: common_pb2.Task, engine: Engine, settings: RolloutSettings) -> list[common_pb2.Experience]:
@@ -109,7 +114,45 @@ def score(
     exp: common_pb2.Experience, fn: RewardFn, response_text: str, task: common_pb2.Task, timeout_s: float
 ) -> None:
     """Set the reward fields of `exp`; a failing reward marks it failed instead of raising."""
-    outcome = evaluate_reward(fn, response_text, task, timeout_s)
+    apply_outcome(exp, evaluate_reward(fn, response_text, task, timeout_s))
+
+
+def score_group(
+    experiences: Sequence[common_pb2.Experience],
+    fn: RewardFn,
+    response_texts: Sequence[str],
+    task: common_pb2.Task,
+    settings: RolloutSettings,
+) -> None:
+    """Score every response to `task`: together when the reward judges a group, else one by one."""
+    if not isinstance(fn, GroupReward):
+        for exp, text in zip(experiences, response_texts, strict=True):
+            score(exp, fn, text, task, settings.reward_timeout_s)
+        return
+    outcomes = fn.score_group(response_texts, task, settings.judge)
+    for exp, outcome in zip(experiences, outcomes, strict=True):
+        apply_outcome(exp, outcome)
+
+
+def set_baseline(
+    experiences: Sequence[common_pb2.Experience],
+    fn: RewardFn,
+    greedy_text: str,
+    task: common_pb2.Task,
+    settings: RolloutSettings,
+) -> None:
+    """ReMax's baseline: the reward of the greedy response, on every row of the group (`reward_baseline`).
+
+    A baseline whose reward fails is 0, and the rows say so (`metrics["baseline_failed"]`), so the advantage
+    degrades to the plain reward instead of the group being lost.
+    """
+    outcome = evaluate_reward(fn, greedy_text, task, settings.reward_timeout_s)
+    for exp in experiences:
+        exp.reward_components["reward_baseline"] = 0.0 if outcome.failed else outcome.reward
+        exp.metrics["baseline_failed"] = float(outcome.failed)
+
+
+def apply_outcome(exp: common_pb2.Experience, outcome: RewardOutcome) -> None:
     exp.reward = outcome.reward
     exp.reward_components.update(outcome.components)
     if outcome.failed:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from trinity.explorer.engines.base import Engine, GenerationRequest
@@ -12,7 +13,8 @@ from trinity.explorer.workflows.base import (
     Workflow,
     new_experience,
     new_id,
-    score,
+    score_group,
+    set_baseline,
     task_messages,
 )
 from trinity.v1 import common_pb2
@@ -23,6 +25,7 @@ class MathWorkflow(Workflow):
     """Question -> answer; scored by `math` (boxed / last-number answer, symbolic equivalence)."""
 
     default_reward = "math"
+    supports_greedy_baseline = True
 
     def __init__(self, system_prompt: str | None = None, use_chat_template: bool = True) -> None:
         self.system_prompt = system_prompt
@@ -47,9 +50,14 @@ class MathWorkflow(Workflow):
         self, tasks: Sequence[common_pb2.Task], engine: Engine, settings: RolloutSettings
     ) -> list[list[common_pb2.Experience]]:
         """One engine call for the whole batch: the engine schedules every sample of every task together."""
-        results = engine.generate([self.request(task, settings) for task in tasks])
-        batches = []
-        for task, result in zip(tasks, results, strict=True):
+        requests = [self.request(task, settings) for task in tasks]
+        if settings.greedy_baseline:  # in the same engine call, so the baseline comes from the same weights
+            greedy = dataclasses.replace(settings.sampling, temperature=0.0)
+            requests += [dataclasses.replace(r, n=1, sampling=greedy) for r in requests]
+        results = engine.generate(requests)
+        baselines = results[len(tasks) :]
+        batches: list[list[common_pb2.Experience]] = []
+        for task, result in zip(tasks, results[: len(tasks)], strict=True):
             reward_fn = self.reward_fn(task)
             group_id = new_id()
             experiences = []
@@ -66,8 +74,10 @@ class MathWorkflow(Workflow):
                     response_text=sample.text,
                     finish_reason=sample.finish_reason,
                 )
-                score(exp, reward_fn, sample.text, task, settings.reward_timeout_s)
                 experiences.append(exp)
+            score_group(experiences, reward_fn, [s.text for s in result.samples], task, settings)
+            if baselines:
+                set_baseline(experiences, reward_fn, baselines[len(batches)].samples[0].text, task, settings)
             batches.append(experiences)
         return batches
 

@@ -99,6 +99,8 @@ class MegatronEngine:
         self.config, self.trainer, self.algorithm = config, config.trainer, algorithm
         if algorithm.needs_critic:
             raise ValueError("the Megatron backend has no critic yet; use backend 'torch' for PPO with a value model")
+        if algorithm.needs_teacher or config.algorithm.kl_controller != "fixed":
+            raise ValueError("the Megatron backend has no teacher and no adaptive KL yet; use backend 'torch'")
         self.max_seq_len = max_seq_len(config.model)
         self.temperature = sampling_temperature(config.explorer)
         model_dir, dtype = config.model.path, config.model.dtype

@@ -1,0 +1,20 @@
+"""The learning check (slow: about 6 minutes a preset on 2 cores): each preset trains the quickstart's
+SmolLM2-135M-Instruct and ends with a higher held-out accuracy than it started with. `make learning-check` runs the
+same runs and writes their curves (benchmarks/learning_check.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.learning_check import PRESETS, run_preset
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", PRESETS)
+def test_the_preset_raises_the_quickstart_heldout_accuracy(tmp_path, preset):
+    result = run_preset(preset, tmp_path)
+    assert result["state"] == "RUN_STATE_SUCCEEDED", result
+    curve = result["heldout_accuracy"]
+    assert [version for version, _ in curve] == [0.0, 4.0, 8.0, 12.0, 16.0]  # the quickstart's evaluations
+    (_, first), (_, last) = curve[0], curve[-1]
+    assert last > first, f"{preset}: held-out accuracy {first:.3f} -> {last:.3f}"
