@@ -13,7 +13,7 @@ PROTO_OUT := services/common/trinity/v1
 DISTS := services/common sdk algorithms weights services/buffer services/gateway services/trainer services/explorer
 PYPROJECTS := $(addsuffix /pyproject.toml,$(DISTS) cli)
 
-.PHONY: setup lock proto config-docs test test-all test-containers bench learning-check gpu-check lint run clean
+.PHONY: setup lock proto config-docs test test-all test-containers bench learning-check gpu-check lint run clean test-system
 
 setup: $(STAMP)
 
@@ -51,6 +51,10 @@ test: $(STAMP)
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q -m 'not containers'
+
+# Every online preset through one running stack, and a run spread over network-namespace hosts (~4 min).
+test-system: $(STAMP)
+	$(PY) -m pytest -q -m system
 
 # The compose stack in real containers: a Docker engine, the images, a job through the SDK (tests/containers).
 test-containers: $(STAMP)

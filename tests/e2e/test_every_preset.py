@@ -24,6 +24,8 @@ from trinity.sdk import TrinityClient
 from trinity.sdk.metrics import RunMetrics
 from trinity.v1 import common_pb2, explorer_pb2_grpc, gateway_pb2, trainer_pb2_grpc
 
+pytestmark = pytest.mark.system  # `make test-system`: its own target keeps `make test` under 20 minutes
+
 STEPS = 2
 RUN_TIMEOUT_S = 300.0
 IDLE_TIMEOUT_S = 60.0

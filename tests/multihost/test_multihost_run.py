@@ -8,12 +8,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 from safetensors.torch import load_file
 
 from tests.e2e.conftest import tiny_config
 from tests.multihost.stack import REDIS_URL, host_env, start_redis, start_service
 from trinity.sdk import RunMetrics, TrinityClient
 from trinity.v1 import gateway_pb2
+
+pytestmark = pytest.mark.system  # `make test-system`: its own target keeps `make test` under 20 minutes
 
 MASTER_PORT = 29500
 STEPS = 2
