@@ -127,6 +127,7 @@ class HostNetwork:
                 _ip("link", "add", network.bridge, "type", "bridge")
             except RuntimeError as err:
                 raise NetnsUnavailable(f"cannot create a bridge here: {err}") from None
+            _forwarding(network.bridge, "-I")
             _ip("addr", "add", f"{network.bridge_address}/24", "dev", network.bridge)
             _ip("link", "set", network.bridge, "up")
             for index, label in enumerate(labels):
@@ -160,12 +161,25 @@ class HostNetwork:
             _ip("netns", "del", host.netns, check=False)
         self.hosts.clear()
         _ip("link", "del", self.bridge, check=False)
+        _forwarding(self.bridge, "-D")
 
     def __enter__(self) -> HostNetwork:
         return self
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+
+def _forwarding(bridge: str, action: str) -> None:
+    """Insert (`-I`) or delete (`-D`) an iptables rule that forwards frames between the bridge's own ports.
+
+    Needed where br_netfilter sends bridged frames through iptables and FORWARD's policy is DROP, as a Docker
+    engine (the container tests) leaves a machine: traffic between the test hosts would be dropped silently."""
+    calls = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
+    if shutil.which("iptables") is None or not calls.exists() or calls.read_text().strip() != "1":
+        return
+    rule = ["FORWARD", "-i", bridge, "-o", bridge, "-j", "ACCEPT"]
+    subprocess.run(["iptables", "-w", action, *rule], capture_output=True, text=True, check=action == "-I")
 
 
 def _free_subnet() -> str:
@@ -199,3 +213,4 @@ def remove_stale() -> None:
     for match in re.finditer(r"^\d+: (tb(\d+)-\d+)[:@]", _ip("-o", "link", "show", check=False).stdout, re.MULTILINE):
         if not _alive(int(match.group(2))):
             _ip("link", "del", match.group(1), check=False)
+            _forwarding(match.group(1), "-D")

@@ -30,6 +30,15 @@ from trinity.trainer.ranks.follower import RankEnv
 _LIMITS = {"start_timeout_s": 120.0, "command_timeout_s": 120.0, "collective_timeout_s": 120.0}
 
 
+@pytest.fixture(autouse=True)
+def no_default_group_left_by_other_tests() -> None:
+    """In the whole suite, the explorer tests build vLLM engines in this process, and vLLM initialises
+    torch.distributed's default group even for one process; a trainer process (rank 0) owns that group, so it
+    must not exist when a test plays the trainer."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def _config(model: Path, **trainer: Any) -> RunConfig:
     return run_config(model, "grpo", total_steps=4, data_parallel_size=2, **{**_LIMITS, **trainer})
 
