@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import socket
 import statistics
 import subprocess
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the ranks run this file as a script
-from benchmarks.bench_trainer import _experiences
+from benchmarks.bench_trainer import _experiences, _peak_rss_mb
 from benchmarks.common import write_result
 
 
@@ -62,10 +61,6 @@ def _rank(rank: int, world: int, port: int, spec: dict[str, Any]) -> dict[str, A
     if world > 1:
         dist.destroy_process_group()
     return {"step_seconds": statistics.median(seconds[1:]), "peak_rss_mb": _peak_rss_mb()}
-
-
-def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
 def _layout(world: int, spec: dict[str, Any]) -> dict[str, Any]:

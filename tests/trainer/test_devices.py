@@ -87,7 +87,8 @@ def test_ranks_run_the_same_number_of_passes_padding_with_empty_ones() -> None:
     real = [[mb for mb in plan if mb is not None] for plan in plans]
     assert sorted(i for share in real for mb in share for i in mb) == list(range(len(samples)))
     assert all(len(plan) == max(len(r) for r in real) for plan in plans)  # padded to the busiest rank
-    assert all(mb is not None for plan in plans for mb in plan[: len(real[plans.index(plan)])])
+    for plan, own in zip(plans, real, strict=True):
+        assert all(mb is not None for mb in plan[: len(own)])  # real passes first, padding after
 
 
 def test_a_backend_refuses_a_process_group_of_another_size(tiny_model: Path) -> None:
