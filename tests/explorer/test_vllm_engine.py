@@ -130,3 +130,101 @@ def test_a_generate_call_sees_one_weight_version(vllm_engine, tiny_model_dir, ot
     versions = {r.model_version for r in results}
     assert versions in ({v + 2}, {v + 3})
     assert [r.samples[0].token_ids for r in results] == expected[versions.pop()]
+
+
+# ---- continuous batching --------------------------------------------------------------------------------
+
+LONG = SamplingSettings(temperature=1.0, max_tokens=48)
+
+
+def test_calls_from_many_threads_run_in_one_batch(vllm_engine):
+    """While one call decodes, calls from other threads join the engine's batch instead of queueing behind it."""
+    barrier = threading.Barrier(8)
+    results: dict[int, list] = {}
+
+    def call(i: int) -> None:
+        barrier.wait()
+        results[i] = vllm_engine.generate([GenerationRequest(prompt=PROMPTS[i % 3], n=2, sampling=LONG)])
+
+    peak = 0
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        peak = max(peak, vllm_engine.calls_in_flight)
+    for t in threads:
+        t.join()
+    assert peak > 1
+    assert sorted(results) == list(range(8))
+    for (result,) in results.values():
+        assert len(result.samples) == 2
+        for sample in result.samples:
+            assert sample.token_ids and len(sample.logprobs) == len(sample.token_ids)
+
+
+def test_a_stream_delivers_the_tokens_of_the_whole_result(vllm_engine):
+    stream = vllm_engine.stream(GenerationRequest(prompt="The lake is", n=2, sampling=LONG))
+    deltas = list(stream)
+    result = stream.result()
+    assert len(deltas) > 4  # token by token, not one block per sample
+    for index, sample in enumerate(result.samples):
+        assert sample.token_ids == [t for d in deltas if d.index == index for t in d.token_ids]
+        assert sample.logprobs == [lp for d in deltas if d.index == index for lp in d.logprobs]
+        assert sample.finish_reason in ("stop", "length")
+    greedy_stream = vllm_engine.stream(GenerationRequest(prompt=PROMPTS[0], sampling=GREEDY))
+    assert [t for d in greedy_stream for t in d.token_ids] == greedy(vllm_engine)[0]
+
+
+def test_a_call_past_its_deadline_times_out_and_leaves_the_engine_free(vllm_engine):
+    from trinity.explorer.engines import GenerationTimeout, deadline
+
+    with deadline(0.0), pytest.raises(GenerationTimeout):
+        vllm_engine.generate([GenerationRequest(prompt="abc", sampling=LONG)])
+    assert vllm_engine.calls_in_flight == 0
+    assert greedy(vllm_engine)  # the engine still serves
+
+
+def test_the_engine_loop_aborts_a_request_once_its_deadline_passes(vllm_engine):
+    """The loop, not only the caller, enforces the limit: the engine stops spending steps on the request."""
+    import time
+
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    from trinity.explorer.engines import GenerationTimeout
+
+    ended = threading.Event()
+    _, deltas = vllm_engine._loop.submit(
+        TokensPrompt(prompt_token_ids=[1, 2, 3]),
+        SamplingParams(max_tokens=40),
+        deadline=time.monotonic(),
+        on_end=ended.set,
+    )
+    with pytest.raises(GenerationTimeout):
+        list(deltas)
+    assert ended.is_set()
+    assert not vllm_engine._llm.llm_engine.has_unfinished_requests()
+
+
+def test_a_weight_load_waits_for_streams_in_flight_and_holds_new_calls(vllm_engine, tiny_model_dir):
+    original = load_file(str(tiny_model_dir / "model.safetensors"))
+    v = vllm_engine.model_version
+    stream = vllm_engine.stream(GenerationRequest(prompt="abc", sampling=LONG))
+    loader = threading.Thread(target=vllm_engine.load_weights, args=(v + 1, original.items()))
+    loader.start()
+    tokens = [t for d in stream for t in d.token_ids]  # the load waits: this stream is not dropped
+    loader.join()
+    assert stream.model_version == v
+    assert stream.result().samples[0].token_ids == tokens
+    (after,) = vllm_engine.generate([GenerationRequest(prompt="abc", sampling=GREEDY)])
+    assert after.model_version == v + 1
+
+
+def test_a_closed_stream_is_aborted(vllm_engine):
+    slow = SamplingSettings(temperature=1.0, max_tokens=4000)
+    stream = vllm_engine.stream(GenerationRequest(prompt="abc", sampling=slow))
+    first = next(iter(stream))
+    stream.close()
+    rest = list(stream)  # ends promptly instead of running to 4000 tokens
+    assert sum(len(d.token_ids) for d in [first, *rest]) < 4000
+    assert vllm_engine.calls_in_flight == 0

@@ -4,8 +4,12 @@ from trinity.explorer.engines.base import (
     Engine,
     GenerationRequest,
     GenerationResult,
+    GenerationStream,
+    GenerationTimeout,
     Sample,
+    SampleDelta,
     SamplingSettings,
+    deadline,
     iter_safetensors_dir,
 )
 from trinity.explorer.engines.registry import ENGINES, create_engine
@@ -15,8 +19,12 @@ __all__ = [
     "Engine",
     "GenerationRequest",
     "GenerationResult",
+    "GenerationStream",
+    "GenerationTimeout",
     "Sample",
+    "SampleDelta",
     "SamplingSettings",
     "create_engine",
+    "deadline",
     "iter_safetensors_dir",
 ]

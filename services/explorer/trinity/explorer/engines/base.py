@@ -1,18 +1,29 @@
 """The rollout-engine contract: requests in, sampled tokens with their log-probs out.
 
 Every engine (vLLM, transformers, scripted) implements `_generate` and `_load_weights`; this base
-class owns what must hold for all of them: one lock so a `generate` call never sees two weight
-versions, monotonic versions, prompt tokenization (chat templates included) and checkpoint loading.
+class owns what must hold for all of them: a call never sees two weight versions, versions are
+monotonic, prompts are tokenized one way (chat templates included), checkpoints load one way.
+
+Concurrency: `generate` and `stream` may be called from many threads. An engine with continuous
+batching (`concurrent = True`, vLLM) runs them together; the others run one call at a time. A weight
+load waits until the calls in flight have finished and holds new ones back meanwhile (`VersionGate`),
+so every result is produced by exactly one version and no call in flight is dropped.
+
+Time limits: inside `with deadline(seconds):` a call that has not finished in time raises
+`GenerationTimeout`; engines that can abort a request (vLLM) stop its work at the deadline.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import threading
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -71,11 +82,143 @@ class GenerationResult:
     model_version: int
 
 
-class Engine(ABC):
-    """A rollout engine. Thread-safe: `generate` and `load_weights` serialize on one lock."""
+@dataclass
+class SampleDelta:
+    """What sample `index` produced since its last delta; `finish_reason` is set on its last one."""
+
+    index: int
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str
+    finish_reason: str | None = None
+
+
+class GenerationTimeout(TimeoutError):
+    """A call ran past its `deadline`."""
+
+
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("engine_deadline", default=None)
+
+
+@contextlib.contextmanager
+def deadline(seconds: float | None) -> Iterator[None]:
+    """Engine calls made inside (in this thread) must finish within `seconds` from now; None = no limit."""
+    token = _DEADLINE.set(None if seconds is None else time.monotonic() + seconds)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def current_deadline() -> float | None:
+    """The `time.monotonic()` by which the calls of this thread must finish, if any."""
+    return _DEADLINE.get()
+
+
+def check_deadline() -> None:
+    limit = _DEADLINE.get()
+    if limit is not None and time.monotonic() >= limit:
+        raise GenerationTimeout("the rollout's time limit passed before the engine call finished")
+
+
+class VersionGate:
+    """Many calls at once, or one weight load alone; a waiting load holds new calls back (no starvation)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._calls = 0
+        self._loading = False
+        self._loads_waiting = 0
+
+    def enter_call(self) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._loading and not self._loads_waiting)
+            self._calls += 1
+
+    def leave_call(self) -> None:
+        with self._cond:
+            self._calls -= 1
+            self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def load(self) -> Iterator[None]:
+        with self._cond:
+            self._loads_waiting += 1
+            self._cond.wait_for(lambda: not self._loading and not self._calls)
+            self._loads_waiting -= 1
+            self._loading = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._loading = False
+                self._cond.notify_all()
+
+    @property
+    def calls_in_flight(self) -> int:
+        with self._cond:
+            return self._calls
+
+
+class GenerationStream:
+    """One request's samples as they are produced: iterate for `SampleDelta`s, then `result()`.
+
+    `model_version` and `prompt_token_ids` are known before the first delta. `close()` gives up the
+    request (a client that went away): the engine stops working on it where it can.
+    """
+
+    def __init__(
+        self,
+        prompt_token_ids: list[int],
+        prompt_text: str,
+        model_version: int,
+        deltas: Iterator[SampleDelta],
+        n: int,
+        abort: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.prompt_token_ids = prompt_token_ids
+        self.prompt_text = prompt_text
+        self.model_version = model_version
+        self._deltas = deltas
+        self._abort = abort
+        self._samples = [Sample(token_ids=[], logprobs=[], text="", finish_reason="") for _ in range(n)]
+        self._finished = 0
+        self._n = n
+
+    def __iter__(self) -> Iterator[SampleDelta]:
+        for delta in self._deltas:
+            sample = self._samples[delta.index]
+            sample.token_ids += delta.token_ids
+            sample.logprobs += delta.logprobs
+            sample.text += delta.text
+            if delta.finish_reason is not None:
+                sample.finish_reason = delta.finish_reason
+                self._finished += 1
+            yield delta
+
+    def result(self) -> GenerationResult:
+        """The whole result; raises if the stream was not read to its end."""
+        if self._finished < self._n:
+            raise RuntimeError(f"the stream ended with {self._finished} of {self._n} samples finished")
+        return GenerationResult(
+            prompt_token_ids=self.prompt_token_ids,
+            prompt_text=self.prompt_text,
+            samples=self._samples,
+            model_version=self.model_version,
+        )
+
+    def close(self) -> None:
+        self._abort()
+
+
+class Engine(ABC):
+    """A rollout engine; thread-safe (see the module docstring)."""
+
+    concurrent: ClassVar[bool] = False  # calls from many threads are batched together by the backend
+
+    def __init__(self) -> None:
+        self._gate = VersionGate()
+        self._serial = threading.Lock()  # engines without continuous batching run one call at a time
         self._model_version = 0
 
     # --- what a backend implements -------------------------------------------------------------
@@ -92,6 +235,24 @@ class Engine(ABC):
     def _load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Copy Hugging-Face-named tensors into the model in place. Called under the lock."""
 
+    def _stream(
+        self, prompt: list[int], request: GenerationRequest, finished: Callable[[], None]
+    ) -> tuple[Iterator[SampleDelta], Callable[[], None]]:
+        """Deltas of one request and how to abort it; `finished()` once the backend's work on it is over.
+
+        This default samples the whole request at once and replays it as one delta per sample; engines
+        that produce tokens incrementally override it.
+        """
+        try:
+            samples = self._run_generate([prompt], [request])[0]
+        finally:
+            finished()
+        deltas = (
+            SampleDelta(index=i, token_ids=s.token_ids, logprobs=s.logprobs, text=s.text, finish_reason=s.finish_reason)
+            for i, s in enumerate(samples)
+        )
+        return deltas, lambda: None
+
     def close(self) -> None:  # noqa: B027 - backends without resources need nothing
         """Release the backend's resources."""
 
@@ -100,18 +261,53 @@ class Engine(ABC):
     def model_version(self) -> int:
         return self._model_version
 
+    @property
+    def calls_in_flight(self) -> int:
+        return self._gate.calls_in_flight
+
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         """Sample every request; the results are in request order and share one weight version."""
         requests = list(requests)
         prompts = [self.encode_prompt(r) for r in requests]
-        with self._lock:
+        check_deadline()
+        self._gate.enter_call()
+        try:
             version = self._model_version
-            samples = self._generate(prompts, requests) if requests else []
+            samples = self._run_generate(prompts, requests) if requests else []
+        finally:
+            self._gate.leave_call()
         decode = self.tokenizer.decode
         return [
             GenerationResult(prompt_token_ids=list(p), prompt_text=decode(p), samples=s, model_version=version)
             for p, s in zip(prompts, samples, strict=True)
         ]
+
+    def stream(self, request: GenerationRequest) -> GenerationStream:
+        """Sample one request, its tokens delivered as they come (see `GenerationStream`)."""
+        prompt = self.encode_prompt(request)
+        check_deadline()
+        self._gate.enter_call()
+        released = threading.Event()
+
+        def finished() -> None:  # the gate counts the backend's work, not the reader's: a slow reader holds no load
+            if not released.is_set():
+                released.set()
+                self._gate.leave_call()
+
+        version = self._model_version
+        try:
+            deltas, abort = self._stream(prompt, request, finished)
+        except BaseException:
+            finished()
+            raise
+        return GenerationStream(prompt, self.tokenizer.decode(prompt), version, deltas, request.n, abort)
+
+    def _run_generate(self, prompts: list[list[int]], requests: list[GenerationRequest]) -> list[list[Sample]]:
+        if self.concurrent:
+            return self._generate(prompts, requests)
+        with self._serial:
+            check_deadline()
+            return self._generate(prompts, requests)
 
     def load_weights(self, version: int, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Swap in new weights (Hugging Face names) between generate calls and record `version`.
@@ -120,7 +316,7 @@ class Engine(ABC):
         allowed so a failed sync can be retried. If loading raises, the model may hold a mix of old
         and new tensors: the version is left unchanged and the caller must retry or reload.
         """
-        with self._lock:
+        with self._gate.load():
             if version < self._model_version:
                 raise ValueError(f"weight version {version} is older than the served version {self._model_version}")
             self._load_weights(named_tensors)

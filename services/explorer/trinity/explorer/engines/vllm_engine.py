@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
 
 from trinity.config.explorer import DType, VllmEngineOptions
-from trinity.explorer.engines.base import Engine, GenerationRequest, Sample
+from trinity.explorer.engines.base import (
+    Engine,
+    GenerationRequest,
+    GenerationStream,
+    Sample,
+    SampleDelta,
+    current_deadline,
+)
 from trinity.explorer.engines.registry import ENGINES
+from trinity.explorer.engines.vllm_loop import EngineLoop
 from trinity.explorer.engines.weights import checkpoint_tensor_names, complete_groups
 
 
@@ -37,10 +45,13 @@ def _configure_environment(config: VllmEngineConfig) -> None:
 
 @ENGINES.register("vllm")
 class VllmEngine(Engine):
-    """vLLM `LLM` with a worker extension for in-place weight reloads.
+    """vLLM `LLM` with a worker extension for in-place weight reloads, stepped by an `EngineLoop`.
 
-    The engine is seeded once (`LLM(seed=...)`): per-request seeds fail on the CPU build.
+    Calls from many threads join one continuously batched engine. The engine is seeded once
+    (`LLM(seed=...)`): per-request seeds fail on the CPU build.
     """
+
+    concurrent = True
 
     def __init__(self, config: VllmEngineConfig | None = None, **kwargs: Any) -> None:
         super().__init__()
@@ -63,56 +74,78 @@ class VllmEngine(Engine):
             worker_extension_cls="trinity.explorer.engines.vllm_worker.TrinityWorkerExtension",
             **cfg.extra,
         )
+        self._loop = EngineLoop(self._llm.llm_engine)
 
     @property
     def tokenizer(self) -> Any:
         return self._tokenizer
 
     def _generate(self, prompts: list[list[int]], requests: list[GenerationRequest]) -> list[list[Sample]]:
+        # Submitted together, so one call's requests share the engine's next steps.
+        streams = [self._submit(p, r, lambda: None) for p, r in zip(prompts, requests, strict=True)]
+        try:
+            return [_collect(deltas, r.n) for (_, deltas), r in zip(streams, requests, strict=True)]
+        except BaseException:
+            for request_id, _ in streams:  # one request failed (or timed out): the call's others are abandoned
+                self._loop.abort(request_id)
+            raise
+
+
+    def _stream(
+        self, prompt: list[int], request: GenerationRequest, finished: Callable[[], None]
+    ) -> tuple[Iterator[SampleDelta], Callable[[], None]]:
+        request_id, deltas = self._submit(prompt, request, finished)
+        return deltas, lambda: self._loop.abort(request_id)
+
+    def _submit(
+        self, prompt: list[int], request: GenerationRequest, on_end: Callable[[], None]
+    ) -> tuple[str, Iterator[SampleDelta]]:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
 
-        params = [
-            SamplingParams(
-                n=r.n,
-                temperature=r.sampling.temperature,
-                top_p=r.sampling.top_p,
-                top_k=r.sampling.top_k if r.sampling.top_k > 0 else 0,
-                max_tokens=r.sampling.max_tokens,
-                stop=list(r.sampling.stop) or None,
-                logprobs=0,  # 0 = only the sampled token's log-prob
-            )
-            for r in requests
-        ]
-        outputs = self._llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
-        results: list[list[Sample]] = []
-        for out in outputs:
-            samples = []
-            for c in out.outputs:
-                ids = list(c.token_ids)
-                logprobs = [float(step[t].logprob) for t, step in zip(ids, c.logprobs or [], strict=True)]
-                samples.append(
-                    Sample(token_ids=ids, logprobs=logprobs, text=c.text, finish_reason=c.finish_reason or "")
-                )
-            results.append(samples)
-        return results
+        sampling = request.sampling
+        params = SamplingParams(
+            n=request.n,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k if sampling.top_k > 0 else 0,
+            max_tokens=sampling.max_tokens,
+            stop=list(sampling.stop) or None,
+            logprobs=0,  # 0 = only the sampled token's log-prob
+            output_kind=RequestOutputKind.DELTA,  # each step's new tokens only
+        )
+        return self._loop.submit(
+            TokensPrompt(prompt_token_ids=prompt), params, deadline=current_deadline(), on_end=on_end
+        )
 
     def _load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         # Tensors are cast here so the worker's loaders copy same-dtype data (the trainer may send bf16).
         dtype = self._model_dtype()
         cast = ((n, t.detach().to(dtype)) for n, t in named_tensors)
         for bucket in complete_groups(cast, self._expected_names, self.config.weight_bucket_bytes):
-            self._llm.collective_rpc("trinity_reload_weights", args=(bucket,))
+            self._loop.call(lambda b=bucket: self._llm.collective_rpc("trinity_reload_weights", args=(b,)))
         # Cached KV blocks were computed by the old weights.
-        self._llm.reset_prefix_cache()
+        self._loop.call(self._llm.reset_prefix_cache)
 
     def _model_dtype(self) -> torch.dtype:
         return self._llm.llm_engine.model_config.dtype
 
     def close(self) -> None:
+        loop = getattr(self, "_loop", None)
+        if loop is not None:
+            loop.close()
         llm = getattr(self, "_llm", None)
         if llm is not None:
             del self._llm
             import gc
 
             gc.collect()
+
+
+
+def _collect(deltas: Iterator[SampleDelta], n: int) -> list[Sample]:
+    stream = GenerationStream([], "", 0, deltas, n)
+    for _ in stream:
+        pass
+    return stream.result().samples
