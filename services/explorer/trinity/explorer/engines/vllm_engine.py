@@ -90,7 +90,6 @@ class VllmEngine(Engine):
                 self._loop.abort(request_id)
             raise
 
-
     def _stream(
         self, prompt: list[int], request: GenerationRequest, finished: Callable[[], None]
     ) -> tuple[Iterator[SampleDelta], Callable[[], None]]:
@@ -141,7 +140,6 @@ class VllmEngine(Engine):
             import gc
 
             gc.collect()
-
 
 
 def _collect(deltas: Iterator[SampleDelta], n: int) -> list[Sample]:

@@ -147,7 +147,7 @@ class EngineLoop:
                 self._expire()
                 if self._active:
                     self._dispatch(self.llm_engine.step())
-        except BaseException as err:  # noqa: BLE001 - the engine is gone: every waiter hears why
+        except BaseException as err:  # the engine is gone: every waiter hears why
             log.exception("vllm.loop_failed")
             self._failure = err
         finally:
