@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -123,7 +124,7 @@ class VllmEngine(Engine):
         dtype = self._model_dtype()
         cast = ((n, t.detach().to(dtype)) for n, t in named_tensors)
         for bucket in complete_groups(cast, self._expected_names, self.config.weight_bucket_bytes):
-            self._loop.call(lambda b=bucket: self._llm.collective_rpc("trinity_reload_weights", args=(b,)))
+            self._loop.call(functools.partial(self._llm.collective_rpc, "trinity_reload_weights", args=(bucket,)))
         # Cached KV blocks were computed by the old weights.
         self._loop.call(self._llm.reset_prefix_cache)
 
