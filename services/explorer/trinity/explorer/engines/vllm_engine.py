@@ -64,7 +64,8 @@ class VllmEngine(Engine):
 
         self._tokenizer = AutoTokenizer.from_pretrained(cfg.model_path)
         self._expected_names = checkpoint_tensor_names(cfg.model_path)
-        self._llm: Any = LLM(
+        build = functools.partial(
+            LLM,
             model=cfg.model_path,
             dtype=cfg.dtype,
             seed=cfg.seed,
@@ -75,7 +76,8 @@ class VllmEngine(Engine):
             worker_extension_cls="trinity.explorer.engines.vllm_worker.TrinityWorkerExtension",
             **cfg.extra,
         )
-        self._loop = EngineLoop(self._llm.llm_engine)
+        self._loop = EngineLoop(build)
+        self._llm: Any = self._loop.llm
 
     @property
     def tokenizer(self) -> Any:

@@ -8,6 +8,9 @@ aborting, stepping, weight reloads) happens on this thread, because the engine i
 Why not vLLM's `AsyncLLM` or its OpenAI server: both put the engine core in another process, so a
 weight update would cross a process boundary as pickled tensors; in-process, the trainer's tensors
 reach the model runner by reference (FACTS.md: the in-process engine is also the fastest on 2 cores).
+
+The loop's thread also builds the engine: OpenMP's thread count is per thread, and vLLM's CPU attention
+checks at every call that it runs with the count of the thread that set the engine up.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from trinity.explorer.engines.base import GenerationTimeout, SampleDelta
@@ -55,20 +58,20 @@ class _Pending:
         self.on_end()
 
 
-@dataclass
 class EngineLoop:
-    """Drives `llm_engine` (vLLM's `LLMEngine`) on a thread of its own until `close()`."""
+    """Builds vLLM's `LLM` with `build` on a thread of its own, then steps its engine there until `close()`."""
 
-    llm_engine: Any
-    _commands: queue.SimpleQueue[Callable[[], None]] = field(default_factory=queue.SimpleQueue)
-    _active: dict[str, _Pending] = field(default_factory=dict)
-    _closed: threading.Event = field(default_factory=threading.Event)
-    _failure: BaseException | None = None
-    _stopped: EngineLoopClosed | None = None  # set when the loop ends: late commands fail with it
-
-    def __post_init__(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="vllm-engine-loop", daemon=True)
+    def __init__(self, build: Callable[[], Any]) -> None:
+        self._commands: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._active: dict[str, _Pending] = {}
+        self._closed = threading.Event()
+        self._failure: BaseException | None = None
+        self._stopped: EngineLoopClosed | None = None  # set when the loop ends: late commands fail with it
+        built: Future[Any] = Future()
+        self._thread = threading.Thread(target=self._run, args=(build, built), name="vllm-engine-loop", daemon=True)
         self._thread.start()
+        self.llm: Any = built.result()  # the build's error, if any, is raised here
+        self.llm_engine: Any = self.llm.llm_engine
 
     # ---- what callers use (any thread) ----------------------------------------------------------------
 
@@ -140,7 +143,15 @@ class EngineLoop:
         if self._closed.is_set():
             raise EngineLoopClosed("the vLLM engine is closed")
 
-    def _run(self) -> None:
+    def _run(self, build: Callable[[], Any], built: Future[Any]) -> None:
+        try:
+            llm = build()
+        except BaseException as err:  # noqa: BLE001 - handed to the constructor's caller
+            self._closed.set()
+            built.set_exception(err)
+            return
+        self.llm_engine = llm.llm_engine
+        built.set_result(llm)
         try:
             while not self._closed.is_set():
                 self._take_commands(block=not self._active)
