@@ -1,36 +1,51 @@
 """Serve mode: an OpenAI-compatible HTTP endpoint whose calls become training experiences.
 
 An agent written in any framework points its OpenAI client at `http://host:port/v1`. Each chat call
-is sampled by the run's engine and recorded (exact prompt/response token ids and sampling
-log-probs) under a session id; the application then posts the session's reward to `/feedback`, and
-the recorded calls go to the run's experience stream (`sessions.session_experiences`).
+is sampled by the run's engine and recorded (exact prompt/response token ids and sampling log-probs)
+under a session id; the application then posts a reward to `/feedback`, for a whole session or for
+one response, and the rewarded calls go to the run's experience stream (`sessions.py`).
 
 Session id of a call: the `X-Session-Id` header, else the body's `session_id`, else `user`, else a
-fresh id; it is echoed in the `X-Session-Id` response header and the body's `session_id`.
+fresh id; it is echoed in the `X-Session-Id` response header and the body's `session_id`. Every
+response and every streamed chunk carries the weight version that produced it (`model_version`,
+header `X-Model-Version`); the response id is `chatcmpl-<call id>`.
 
-Endpoints: `POST /v1/chat/completions`, `POST /feedback`, `GET /v1/models`, `GET /health`.
+Endpoints: `POST /v1/chat/completions`, `POST /feedback` (also `/v1/feedback`), `GET /v1/models`,
+`GET /health`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import secrets
 import socket
 import ssl
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Annotated, Any
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
-from fastapi import FastAPI, Header, HTTPException, Request
-from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+import anyio
+import anyio.to_thread
+from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from trinity.explorer.chat_tools import parse_tool_calls, render_chat
-from trinity.explorer.engines.base import Engine, GenerationRequest, SamplingSettings
-from trinity.explorer.sessions import RecordedCall, SessionStore, session_experiences
-from trinity.runtime.limits import MAX_ITEMS, MAX_NAME_CHARS, MAX_PROMPT_CHARS, MAX_STOP_STRINGS
+from trinity.explorer.engines.base import (
+    Engine,
+    GenerationRequest,
+    GenerationResult,
+    GenerationStream,
+    Sample,
+    SamplingSettings,
+)
+from trinity.explorer.openai_schema import ChatCompletionRequest, FeedbackRequest
+from trinity.explorer.sessions import RecordedCall, SessionStore, feedback_experiences
 from trinity.runtime.logging import get_logger
 from trinity.runtime.tls import TlsSettings
 from trinity.v1 import common_pb2
@@ -38,137 +53,270 @@ from trinity.v1 import common_pb2
 log = get_logger(__name__)
 
 SESSION_HEADER = "X-Session-Id"
+VERSION_HEADER = "X-Model-Version"
+# Engine calls block a worker thread for the whole generation (or until the next token of a stream); they get
+# a pool of their own so hundreds of agents in flight cannot starve /health and /feedback of the default pool.
+ENGINE_THREADS = 256
 
-
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    role: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
-    content: str | list[dict[str, Any]] | None = Field(default=None, max_length=MAX_PROMPT_CHARS)
-    tool_calls: list[dict[str, Any]] | None = None
-    tool_call_id: str | None = None
-    name: str | None = None
-
-
-StopText = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
-
-
-class ChatCompletionRequest(BaseModel):
-    """The OpenAI fields serve mode honours; other fields OpenAI clients send are ignored."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    model: str = ""
-    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_ITEMS)
-    tools: list[dict[str, Any]] | None = Field(default=None, max_length=MAX_ITEMS)
-    tool_choice: str | dict[str, Any] | None = None
-    temperature: float = Field(default=1.0, ge=0, le=2)
-    top_p: float = Field(default=1.0, gt=0, le=1)
-    max_tokens: int | None = Field(default=None, gt=0)
-    max_completion_tokens: int | None = Field(default=None, gt=0)
-    n: int = Field(default=1, ge=1, le=1, description="one sample per call: each call is one recorded step")
-    stop: StopText | Annotated[list[StopText], Field(max_length=MAX_STOP_STRINGS)] | None = None
-    stream: bool = False
-    user: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
-    session_id: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
-
-    @field_validator("stream")
-    @classmethod
-    def _no_stream(cls, value: bool) -> bool:
-        if value:
-            raise ValueError("streaming is not supported in serve mode; send stream=false")
-        return value
-
-
-class FeedbackRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    session_id: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
-    reward: float
-    components: dict[str, float] = Field(default_factory=dict, max_length=MAX_ITEMS)
-    group_id: str = Field(
-        default="", max_length=MAX_NAME_CHARS, description="sessions that attempt the same task share it (GRPO groups)"
-    )
+T = TypeVar("T")
 
 
 @dataclass
 class ServeBackend:
     """What the endpoint needs from the explorer.
 
-    `engine` returns the engine (None while the model loads); `put` stores a closed session's
-    experiences and returns how many the Buffer accepted.
+    `engine` returns the engine (None while the model loads); `put` stores rewarded calls'
+    experiences and returns how many the Buffer accepted; `max_tokens` is the most tokens one
+    response may sample (the run's `model.max_response_tokens`) and the default when a call gives none.
     """
 
     engine: Callable[[], Engine | None]
     put: Callable[[list[common_pb2.Experience]], int]
     model_name: str
     run_id: str = ""
-    max_tokens: int = 128
+    max_tokens: int = 1024
     api_key: str | None = None
 
 
 def create_app(backend: ServeBackend, sessions: SessionStore | None = None) -> FastAPI:
-    """The FastAPI app; `app.state.sessions` is the SessionStore it records into."""
-    app = FastAPI(title="Trinity explorer (serve mode)")
-    store = sessions or SessionStore()
-    app.state.sessions = store
-    app.state.calls = 0
+    """The FastAPI app; `app.state.sessions` is the SessionStore it records into.
 
-    @app.middleware("http")
-    async def _auth(request: Request, call_next: Callable[[Request], Any]) -> Any:
-        if backend.api_key and request.url.path != "/health":
-            given = request.headers.get("authorization", "")
-            if not secrets.compare_digest(given, f"Bearer {backend.api_key}"):
-                return JSONResponse(status_code=401, content={"detail": "missing or wrong bearer token"})
-        return await call_next(request)
+    `app.state.abandoned` counts requests whose reply was not delivered whole (the client left, or the
+    engine failed mid-stream): they are never recorded. Only the event loop's thread touches it.
+    """
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.engine_threads = anyio.CapacityLimiter(ENGINE_THREADS)  # bound to the server's event loop
+        yield
+
+    app = FastAPI(title="Trinity explorer (serve mode)", lifespan=lifespan)
+    store = sessions if sessions is not None else SessionStore()  # an empty store is falsy (__len__)
+    app.state.sessions = store
+    app.state.abandoned = 0
+
+    def abandon() -> None:
+        app.state.abandoned += 1
+
+    def authorize(authorization: str | None = Header(default=None)) -> None:
+        expected = f"Bearer {backend.api_key}".encode()
+        if backend.api_key and not secrets.compare_digest((authorization or "").encode(), expected):
+            raise HTTPException(status_code=401, detail="missing or wrong bearer token")
+
+    api = APIRouter(dependencies=[Depends(authorize)])
 
     @app.get("/health")
     def health() -> dict[str, Any]:
         engine = backend.engine()
+        stats = store.stats()
         return {
             "status": "ok" if engine is not None else "loading",
             "model_version": engine.model_version if engine is not None else 0,
-            "open_sessions": len(store),
+            "calls_in_flight": engine.calls_in_flight if engine is not None else 0,
+            "open_sessions": stats.open_sessions,
+            "expired_sessions": stats.expired_sessions,
+            "expired_calls": stats.expired_calls,
+            "abandoned_requests": app.state.abandoned,
         }
 
-    @app.get("/v1/models")
+    @api.get("/v1/models")
     def models() -> dict[str, Any]:
         return {"object": "list", "data": [{"id": backend.model_name, "object": "model", "owned_by": "trinity"}]}
 
-    @app.post("/v1/chat/completions")
-    def chat_completions(body: ChatCompletionRequest, x_session_id: str | None = Header(default=None)) -> JSONResponse:
+    # Async: the handler bridges to the engine through worker threads (`engine_threads`), so a stream whose
+    # client goes away is cancelled on the event loop and closes its GenerationStream at once (abort), which a
+    # sync iterator in Starlette's threadpool would only do when the next token arrived, if ever.
+    @api.post("/v1/chat/completions")
+    async def chat_completions(
+        body: ChatCompletionRequest, request: Request, x_session_id: str | None = Header(default=None)
+    ) -> Response:
         engine = backend.engine()
         if engine is None:
             raise HTTPException(status_code=503, detail="the model is still loading; retry shortly")
-        session_id = x_session_id or body.session_id or body.user or uuid.uuid4().hex
-        tools = None if body.tool_choice == "none" else body.tools
-        messages = [m.model_dump(exclude_none=True) for m in body.messages]
-        tok = engine.tokenizer
+        limiter: anyio.CapacityLimiter = request.app.state.engine_threads
+        sampling = _sampling(body, backend.max_tokens)
+        generation = await _in_thread(limiter, _generation_request, engine, body, sampling)
         try:
-            text = render_chat(tok, messages, tools)
-        except Exception as err:  # noqa: BLE001 - a template error is the caller's chat, not a server fault
-            raise HTTPException(status_code=400, detail=f"messages: chat template failed: {err}") from None
-        stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
-        sampling = SamplingSettings(
-            temperature=body.temperature,
-            top_p=body.top_p,
-            max_tokens=body.max_completion_tokens or body.max_tokens or backend.max_tokens,
-            stop=stop,
-        )
-        request = GenerationRequest(prompt_token_ids=tok.encode(text, add_special_tokens=False), sampling=sampling)
-        try:
-            (result,) = engine.generate([request])
+            stream = await _in_thread(limiter, engine.stream, generation)
         except Exception as err:
             if not is_request_error(err):
                 raise
             raise HTTPException(status_code=400, detail=f"messages: {err}") from None
-        sample = result.samples[0]
-        content, tool_calls = parse_tool_calls(sample.text) if tools else (sample.text, [])
-        call_id = uuid.uuid4().hex
-        store.record(
-            session_id,
+        session_id = x_session_id or body.session_id or body.user or uuid.uuid4().hex
+        reply = _Reply(
+            call_id=uuid.uuid4().hex,
+            session_id=session_id,
+            model=backend.model_name,
+            model_version=stream.model_version,
+            choices=generation.n,
+            tools=_tools(body) is not None,
+            logprobs=bool(body.logprobs),
+            tokenizer=engine.tokenizer,
+        )
+        headers = {SESSION_HEADER: session_id, VERSION_HEADER: str(stream.model_version)}
+        if body.stream:
+            include_usage = body.stream_options is not None and body.stream_options.include_usage
+            return _EventStream(reply, stream, limiter, store, include_usage, abandon, headers)
+        try:
+            result = await _in_thread(limiter, _drain, stream)
+        except Exception as err:
+            stream.close()
+            if not is_request_error(err):
+                raise
+            raise HTTPException(status_code=400, detail=f"messages: {err}") from None
+        if await request.is_disconnected():  # nobody will see this reply: it must not be trained on
+            log.info("serve.client_gone", session_id=session_id, response_id=reply.response_id)
+            abandon()
+            return Response(status_code=499)
+        store.record(session_id, reply.calls(result))
+        return JSONResponse(reply.completion(result), headers=headers)
+
+    @api.post("/feedback")
+    @api.post("/v1/feedback")  # for clients that only know the /v1 base URL
+    def feedback(body: FeedbackRequest) -> dict[str, Any]:
+        if body.response_id is not None:
+            taken = store.take_response(body.response_id, body.choice_index)
+            group = body.group_id or body.response_id
+            choice = "" if body.choice_index is None else f" with choice_index {body.choice_index}"
+            missing = f"response_id: no unrewarded response {body.response_id!r}{choice} (unknown, expired, rewarded)"
+        else:
+            assert body.session_id is not None  # the validator asks for exactly one of them
+            taken = store.close(body.session_id)
+            group = body.group_id or body.session_id
+            missing = f"session_id: no open session {body.session_id!r} (never called, expired, or rewarded)"
+        if taken is None:
+            raise HTTPException(status_code=404, detail=missing)
+        experiences = feedback_experiences(
+            taken, run_id=backend.run_id, reward=body.reward, group_id=group, components=body.components
+        )
+        try:
+            accepted = backend.put(experiences)
+        except Exception as err:  # noqa: BLE001 - any failure: keep the calls so the feedback can be retried
+            store.restore(taken)
+            log.warning("serve.put_failed", session_id=taken.session_id, response_id=body.response_id, error=str(err))
+            raise HTTPException(status_code=503, detail=f"the buffer did not take the experiences: {err}") from None
+        log.info("serve.feedback", session_id=taken.session_id, group_id=group, experiences=len(experiences))
+        return {
+            "session_id": taken.session_id,
+            "response_id": body.response_id,
+            "group_id": group,
+            "experiences": len(experiences),
+            "accepted": accepted,
+        }
+
+    app.include_router(api)
+    return app
+
+
+async def _in_thread(limiter: anyio.CapacityLimiter, fn: Callable[..., T], *args: Any) -> T:
+    return await anyio.to_thread.run_sync(fn, *args, limiter=limiter)
+
+
+def _tools(body: ChatCompletionRequest) -> list[dict[str, Any]] | None:
+    return None if body.tool_choice == "none" or not body.tools else body.tools
+
+
+def _sampling(body: ChatCompletionRequest, limit: int) -> SamplingSettings:
+    name, asked = "max_completion_tokens", body.max_completion_tokens
+    if asked is None:
+        name, asked = "max_tokens", body.max_tokens
+    if asked is not None and asked > limit:
+        msg = f"{asked} is more than this run's limit of {limit} tokens per response (model.max_response_tokens)"
+        raise RequestValidationError([{"type": "value_error", "loc": ("body", name), "msg": msg, "input": asked}])
+    stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
+    return SamplingSettings(
+        temperature=1.0 if body.temperature is None else body.temperature,
+        top_p=1.0 if body.top_p is None else body.top_p,
+        top_k=-1 if body.top_k is None else body.top_k,
+        max_tokens=asked or limit,
+        stop=stop,
+    )
+
+
+def _generation_request(engine: Engine, body: ChatCompletionRequest, sampling: SamplingSettings) -> GenerationRequest:
+    """The prompt tokens of the chat (tools rendered in) and how to sample it; runs in a worker thread."""
+    messages = [m.model_dump(exclude_none=True) for m in body.messages]
+    tok = engine.tokenizer
+    try:
+        text = render_chat(tok, messages, _tools(body))
+    except Exception as err:  # noqa: BLE001 - a template error is the caller's chat, not a server fault
+        raise HTTPException(status_code=400, detail=f"messages: chat template failed: {err}") from None
+    ids = tok.encode(text, add_special_tokens=False)
+    return GenerationRequest(prompt_token_ids=ids, n=body.n or 1, sampling=sampling)
+
+
+def _drain(stream: GenerationStream) -> GenerationResult:
+    for _ in stream:
+        pass
+    return stream.result()
+
+
+@dataclass
+class _Reply:
+    """One chat completion being answered: its ids, and how its parts read in OpenAI's format."""
+
+    call_id: str
+    session_id: str
+    model: str
+    model_version: int
+    choices: int
+    tools: bool
+    logprobs: bool
+    tokenizer: Any
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def response_id(self) -> str:
+        return f"chatcmpl-{self.call_id}"
+
+    def envelope(self, kind: str) -> dict[str, Any]:
+        return {
+            "id": self.response_id,
+            "object": kind,
+            "created": self.created,
+            "model": self.model,
+            "session_id": self.session_id,
+            "model_version": self.model_version,
+        }
+
+    def message(self, text: str, finish_reason: str) -> tuple[dict[str, Any], str]:
+        """The assistant message of one sample's text and its OpenAI finish reason."""
+        content, tool_calls = parse_tool_calls(text) if self.tools else (text, [])
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if tool_calls:
+            message["tool_calls"] = tool_calls
+            finish_reason = "tool_calls" if finish_reason == "stop" else finish_reason
+        return message, finish_reason
+
+    def token_logprobs(self, token_ids: list[int], logprobs: list[float]) -> dict[str, Any] | None:
+        if not self.logprobs:
+            return None
+        tokens = [self.tokenizer.decode([t]) for t in token_ids]
+        return {
+            "content": [
+                {"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []}
+                for t, lp in zip(tokens, logprobs, strict=True)
+            ]
+        }
+
+    def completion(self, result: GenerationResult) -> dict[str, Any]:
+        choices = []
+        for index, sample in enumerate(result.samples):
+            message, finish = self.message(sample.text, sample.finish_reason)
+            logprobs = self.token_logprobs(sample.token_ids, sample.logprobs)
+            choices.append({"index": index, "message": message, "finish_reason": finish, "logprobs": logprobs})
+        return {**self.envelope("chat.completion"), "choices": choices, "usage": _usage(result)}
+
+    def chunk(self, index: int, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> str:
+        choice = {"index": index, "delta": delta, "finish_reason": finish, "logprobs": logprobs}
+        return _sse({**self.envelope("chat.completion.chunk"), "choices": [choice]})
+
+    def calls(self, result: GenerationResult) -> list[RecordedCall]:
+        """Every choice as its own recorded call (`call_id` alone when there is one)."""
+        many = len(result.samples) > 1
+        return [
             RecordedCall(
-                call_id=call_id,
+                call_id=f"{self.call_id}-{index}" if many else self.call_id,
                 prompt_token_ids=result.prompt_token_ids,
                 response_token_ids=list(sample.token_ids),
                 logprobs=list(sample.logprobs),
@@ -176,53 +324,106 @@ def create_app(backend: ServeBackend, sessions: SessionStore | None = None) -> F
                 prompt_text=result.prompt_text,
                 response_text=sample.text,
                 finish_reason=sample.finish_reason,
-                tool_calls=len(tool_calls),
-            ),
-        )
-        app.state.calls += 1
-        message: dict[str, Any] = {"role": "assistant", "content": content}
-        finish = sample.finish_reason
-        if tool_calls:
-            message["tool_calls"] = tool_calls
-            finish = "tool_calls" if finish == "stop" else finish
-        prompt_tokens, completion_tokens = len(result.prompt_token_ids), len(sample.token_ids)
-        payload = {
-            "id": f"chatcmpl-{call_id}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": backend.model_name,
-            "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
-            "session_id": session_id,
-            "model_version": result.model_version,
-        }
-        return JSONResponse(payload, headers={SESSION_HEADER: session_id})
-
-    @app.post("/feedback")
-    @app.post("/v1/feedback")  # for clients that only know the /v1 base URL
-    def feedback(body: FeedbackRequest) -> dict[str, Any]:
-        session = store.close(body.session_id)
-        if session is None:
-            raise HTTPException(
-                status_code=404,
-                detail=f"session_id: no open session {body.session_id!r} (never called, expired, or already closed)",
+                tool_calls=len(parse_tool_calls(sample.text)[1]) if self.tools else 0,
+                response_id=self.response_id,
+                choice_index=index,
             )
-        experiences = session_experiences(
-            session, run_id=backend.run_id, reward=body.reward, components=body.components, group_id=body.group_id
-        )
-        try:
-            accepted = backend.put(experiences)
-        except Exception as err:  # noqa: BLE001 - any failure: keep the session so feedback can be retried
-            store.reopen(session)  # nothing was lost: the application may post the feedback again
-            log.warning("serve.put_failed", session_id=body.session_id, error=str(err))
-            raise HTTPException(status_code=503, detail=f"the buffer did not take the experiences: {err}") from None
-        return {"session_id": body.session_id, "experiences": len(experiences), "accepted": accepted}
+            for index, sample in enumerate(result.samples)
+        ]
 
-    return app
+
+def _usage(result: GenerationResult) -> dict[str, int]:
+    prompt = len(result.prompt_token_ids)
+    completion = sum(len(s.token_ids) for s in result.samples)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _sse(payload: dict[str, Any] | str) -> str:
+    data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
+    return f"data: {data}\n\n"
+
+
+class _EventStream(StreamingResponse):
+    """A streamed reply: SSE chunks while the engine samples; recorded only if every choice finished.
+
+    With tools the text is held back: tool calls are parsed from the whole text, so each choice's
+    content and `tool_calls` arrive together in its final chunks. However the response ends (done,
+    client gone, engine failure), `_end` runs once: a reply that was not recorded is aborted in the
+    engine and counted. It is called here, not in the generator's `finally`, because Starlette cancels
+    the body on a disconnect without closing it, and a generator that never started has no `finally`.
+    """
+
+    def __init__(
+        self,
+        reply: _Reply,
+        stream: GenerationStream,
+        limiter: anyio.CapacityLimiter,
+        store: SessionStore,
+        include_usage: bool,
+        abandon: Callable[[], None],
+        headers: dict[str, str],
+    ) -> None:
+        self._reply, self._stream, self._limiter, self._store = reply, stream, limiter, store
+        self._include_usage, self._abandon = include_usage, abandon
+        self._recorded = False
+        self._events = self._chunks()
+        super().__init__(self._events, media_type="text/event-stream", headers=headers)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if not self._recorded:  # before the await: a cancelled task may not get past it
+                self._stream.close()
+                self._abandon()
+            await self._events.aclose()
+
+    async def _chunks(self) -> AsyncGenerator[str, None]:
+        """Role deltas, content deltas, each choice's finish chunk, the usage chunk if asked, `[DONE]`."""
+        reply = self._reply
+        deltas = iter(self._stream)
+        samples: dict[int, Sample] = {}
+        try:
+            for index in range(reply.choices):
+                yield reply.chunk(index, {"role": "assistant", "content": ""})
+            while True:
+                # Abandoned on cancel: the worker may wait for a token that only the abort in `__call__` ends.
+                delta = await anyio.to_thread.run_sync(
+                    next, deltas, None, limiter=self._limiter, abandon_on_cancel=True
+                )
+                if delta is None:
+                    break
+                sample = samples.setdefault(delta.index, Sample([], [], "", ""))
+                sample.token_ids += delta.token_ids
+                sample.logprobs += delta.logprobs
+                sample.text += delta.text
+                if not reply.tools and (delta.text or (reply.logprobs and delta.token_ids)):
+                    logprobs = reply.token_logprobs(delta.token_ids, delta.logprobs)
+                    yield reply.chunk(delta.index, {"content": delta.text}, logprobs=logprobs)
+                if delta.finish_reason is not None:
+                    for chunk in self._final_chunks(delta.index, sample, delta.finish_reason):
+                        yield chunk
+            result = self._stream.result()
+            self._store.record(reply.session_id, reply.calls(result))
+            self._recorded = True
+            if self._include_usage:
+                yield _sse({**reply.envelope("chat.completion.chunk"), "choices": [], "usage": _usage(result)})
+            yield _sse("[DONE]")
+        except Exception as err:  # noqa: BLE001 - the status line is sent: the error can only travel as an event
+            log.warning("serve.stream_failed", response_id=reply.response_id, error=str(err))
+            yield _sse({"error": {"message": f"generation failed: {err}", "type": "server_error"}})
+
+    def _final_chunks(self, index: int, sample: Sample, finish_reason: str) -> list[str]:
+        reply = self._reply
+        message, finish = reply.message(sample.text, finish_reason)
+        chunks = []
+        if reply.tools:
+            held: dict[str, Any] = {"content": message["content"] or None}
+            if "tool_calls" in message:
+                held["tool_calls"] = [{"index": k, **call} for k, call in enumerate(message["tool_calls"])]
+            chunks.append(reply.chunk(index, held, logprobs=reply.token_logprobs(sample.token_ids, sample.logprobs)))
+        chunks.append(reply.chunk(index, {}, finish=finish))
+        return chunks
 
 
 def is_request_error(err: Exception) -> bool:
