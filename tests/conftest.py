@@ -99,6 +99,15 @@ def buffer_service(redis_server: RedisServer) -> Iterator[ServiceProcess]:
     service.stop()
 
 
+@pytest.fixture(scope="session")
+def gateway(redis_server: RedisServer) -> Iterator[ServiceProcess]:
+    """One gateway process for the tests that need a real one (runs are told apart by their ids); a test module
+    that needs a gateway of its own defines its own `gateway` fixture."""
+    service = ServiceProcess("gateway", env={"TRINITY_REDIS_URL": redis_server.url}).start()
+    yield service
+    service.stop()
+
+
 @pytest.fixture
 def unique() -> str:
     """A fresh name per test, so tests sharing one buffer never see each other's data."""

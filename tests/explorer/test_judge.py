@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from tests.conftest import ServiceProcess
 from tests.explorer.explorer_helpers import make_task
 from trinity.clients import BufferClient
 from trinity.config import RunConfig, StreamConfig, TaskSetConfig, naming
@@ -239,13 +238,6 @@ def test_the_config_takes_a_judge_and_checks_its_fields(tmp_path: Path) -> None:
         JudgeConfig(model="m", max_attempts=0)
     with pytest.raises(ValueError, match="model"):
         JudgeConfig.model_validate({"base_url": "http://x/v1"})
-
-
-@pytest.fixture(scope="module")
-def gateway(redis_server: Any) -> Iterator[ServiceProcess]:
-    service = ServiceProcess("gateway", env={"TRINITY_REDIS_URL": redis_server.url}).start()
-    yield service
-    service.stop()
 
 
 def runner_for(config: RunConfig, run_id: str, buffer: Any, gateway: Any, engine: Engine) -> ExplorerRunner:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +12,6 @@ import httpx
 import pytest
 import torch
 
-from tests.conftest import ServiceProcess
 from trinity.clients import BufferClient
 from trinity.config import RunConfig, StreamConfig, TaskSetConfig, naming
 from trinity.explorer.engines.base import Engine, GenerationRequest, Sample
@@ -37,13 +36,6 @@ class Borrowed(Engine):
 
     def _load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         self.inner._load_weights(named_tensors)
-
-
-@pytest.fixture(scope="module")
-def gateway(redis_server: Any) -> Iterator[ServiceProcess]:
-    service = ServiceProcess("gateway", env={"TRINITY_REDIS_URL": redis_server.url}).start()
-    yield service
-    service.stop()
 
 
 def _runner(config: RunConfig, run_id: str, buffer: Any, gateway: Any, engine: Engine) -> ExplorerRunner:

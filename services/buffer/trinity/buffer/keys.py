@@ -41,6 +41,7 @@ class TaskSetKeys:
         self.leases = f"{base}:leases"
         self.owners = f"{base}:owners"
         self.completed = f"{base}:completed"
+        self.failed = f"{base}:failed"
         self.pass_rates = f"{base}:pass"
         self.lock = f"{base}:lock"
 
@@ -48,4 +49,13 @@ class TaskSetKeys:
         return f"{self.spec.removesuffix(':spec')}:used:{epoch}"
 
     def all(self) -> list[str]:
-        return [self.spec, self.cursor, self.leases, self.owners, self.completed, self.pass_rates, self.lock]
+        return [
+            self.spec,
+            self.cursor,
+            self.leases,
+            self.owners,
+            self.completed,
+            self.failed,
+            self.pass_rates,
+            self.lock,
+        ]

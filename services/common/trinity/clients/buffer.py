@@ -86,6 +86,15 @@ class BufferClient:
         request = buffer_pb2.CompleteTasksRequest(taskset=taskset, consumer=consumer, results=list(results))
         return self._call("CompleteTasks", request)
 
+    def renew_task_leases(
+        self, taskset: str, consumer: str, lease_ids: Sequence[str], lease_seconds: float = 0
+    ) -> buffer_pb2.RenewTaskLeasesResponse:
+        """Extend the leases `consumer` still holds; the reply names those renewed and those lost."""
+        request = buffer_pb2.RenewTaskLeasesRequest(
+            taskset=taskset, consumer=consumer, lease_ids=list(lease_ids), lease_seconds=lease_seconds
+        )
+        return self._call("RenewTaskLeases", request)
+
     def release_tasks(self, consumer: str, taskset: str = "") -> int:
         reply = self._call("ReleaseTasks", buffer_pb2.ReleaseTasksRequest(taskset=taskset, consumer=consumer))
         return int(reply.released)
@@ -138,6 +147,21 @@ class BufferClient:
 
     def trim(self, stream: str) -> int:
         return int(self._call("TrimStream", buffer_pb2.TrimStreamRequest(stream=stream)).removed)
+
+    def sample(
+        self,
+        stream: str,
+        limit: int = 0,
+        *,
+        min_reward: float | None = None,
+        max_reward: float | None = None,
+        model_version: int | None = None,
+    ) -> buffer_pb2.SampleExperiencesResponse:
+        """The stream's newest experiences that pass the filters, without consuming them (SampleExperiences)."""
+        request = buffer_pb2.SampleExperiencesRequest(
+            stream=stream, limit=limit, min_reward=min_reward, max_reward=max_reward, model_version=model_version
+        )
+        return self._call("SampleExperiences", request)
 
     # ---- offline data ------------------------------------------------------------------------------
 

@@ -141,6 +141,17 @@ class ExplorerConfig(_Section):
     top_k: int = Field(default=-1, description="sample among the k likeliest tokens; <= 0 = all")
     stop: tuple[str, ...] = Field(default=(), description="strings that end a response (not included in it)")
     reward_timeout_seconds: float = Field(default=10.0, gt=0, description="a reward call running longer fails")
+    max_concurrent_rollouts: int = Field(
+        default=32, ge=1, description="tasks rolled out at once when the engine batches concurrent calls (vLLM)"
+    )
+    rollout_timeout_seconds: float | None = Field(
+        default=600.0,
+        ge=0,
+        description="a task's rollout (all its repeats) running longer fails; unset or 0 = no limit",
+    )
+    rollout_retries: int = Field(
+        default=2, ge=0, description="new attempts of a failed rollout before its task is dropped (counted)"
+    )
     max_explore_factor: float = Field(
         default=4.0,
         ge=1.0,

@@ -81,7 +81,8 @@ class RunConfig(_Section):
     name: str = Field(default="run", description="run name (letters, digits, '_', '.', '-')")
     mode: Literal["both", "explore", "train", "bench", "serve"] = Field(
         default="both",
-        description="both = explore and train; explore; train (offline data); bench; serve (OpenAI API)",
+        description="both = explore and train; explore; train (offline data); bench; "
+        "serve (an OpenAI API whose rewarded sessions are trained on)",
     )
     seed: int = Field(default=42, description="seed of sampling and training")
     checkpoint_dir: str = Field(
@@ -111,7 +112,7 @@ class RunConfig(_Section):
             raise ValueError("buffer.eval_tasksets: mode 'bench' needs eval_tasksets (or a taskset) to evaluate")
         if self.mode == "train" and not offline and self.buffer.offline_data is None:
             raise ValueError("buffer.offline_data: mode 'train' needs offline data or an sft/dpo algorithm")
-        if self.mode == "both" and offline:
+        if self.mode in ("both", "serve") and offline:
             raise ValueError(
                 f"algorithm.algorithm_type: {self.algorithm.algorithm_type!r} trains on offline data; use mode 'train'"
             )

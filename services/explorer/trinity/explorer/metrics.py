@@ -17,6 +17,15 @@ STALENESS = Gauge("trinity_explorer_staleness", "Explore steps between the serve
 JUDGE_FALLBACKS = Counter(
     "trinity_explorer_judge_fallbacks_total", "Responses given the fallback reward because the judge failed"
 )
+DROPPED_ROLLOUTS = Counter(
+    "trinity_explorer_dropped_rollouts_total",
+    "Rollouts dropped after their last attempt failed, by reason (timeout, error:<ExceptionType>)",
+    ["reason"],
+)
+ROLLOUT_RETRIES = Counter("trinity_explorer_rollout_retries_total", "Failed rollout attempts run again")
+LEASES_LOST = Counter(
+    "trinity_explorer_leases_lost_total", "Task leases found held elsewhere (or ended) while their rollouts ran"
+)
 ENGINE_QUEUE = Gauge("trinity_explorer_engine_queue", "Samples submitted to the engine and not yet returned")
 
 

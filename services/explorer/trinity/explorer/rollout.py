@@ -9,6 +9,10 @@ experiences (DAPO's dynamic sampling drops groups without reward signal) it expl
 holds `total_steps` train batches, or `explorer.max_explore_factor` times the steps that would have fed
 them undropped. The weight version a step needs follows the batches fed, so a trainer waiting for data
 never waits on an explorer waiting for weights.
+
+A step's rollouts run in a `RolloutPool` (concurrent, time-limited, retried; a rollout that keeps failing is
+dropped and counted) while a `LeaseKeeper` renews the step's task leases. A dropped task is completed as
+failed: it is not handed out again and records no pass rate.
 """
 
 from __future__ import annotations
@@ -16,17 +20,21 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections import Counter
 from dataclasses import dataclass, replace
 
 from trinity.config import RunConfig
 from trinity.explorer.context import ExplorerContext
 from trinity.explorer.evaluation import evaluate, passed, task_results
+from trinity.explorer.leases import LeaseKeeper
 from trinity.explorer.metrics import ENGINE_QUEUE, record_rollout
+from trinity.explorer.rollout_pool import Rollout, RolloutLimits, RolloutPool
 from trinity.explorer.workflows.base import Workflow
-from trinity.v1 import buffer_pb2, common_pb2
+from trinity.v1 import buffer_pb2
 
 # Presets whose advantage subtracts the reward of a greedy response (their `reward_baselines` input).
 GREEDY_BASELINE_ALGORITHMS = ("remax",)
+_DROPS_LISTED = 8  # tasks named in a step's "dropped" log event
 
 
 def needs_greedy_baseline(config: RunConfig, workflow: Workflow) -> bool:
@@ -86,10 +94,7 @@ def run(ctx: ExplorerContext) -> str:
     taskset_section = cfg.buffer.taskset
     if taskset_section is None:  # RunConfig refuses modes both/explore without one
         raise ValueError("buffer.taskset: required to explore")
-    settings = replace(
-        ctx.rollout_settings(cfg.explorer.temperature, cfg.algorithm.repeat_times),
-        greedy_baseline=needs_greedy_baseline(cfg, ctx.workflow),
-    )
+    greedy_baseline = needs_greedy_baseline(cfg, ctx.workflow)
     if cfg.mode == "both":
         # A replacement explorer continues the run's step count (and so its version requirement).
         ctx.step = int(ctx.gateway.get_run(ctx.run_id).explore_step)
@@ -101,9 +106,18 @@ def run(ctx: ExplorerContext) -> str:
     stream = ctx.experience_stream()
     budget = ExploreBudget.of(cfg)
     fed = _batches_fed(ctx, stream, budget)
+    pool = RolloutPool(ctx.workflow, ctx.engine, RolloutLimits.of(cfg.explorer))
+    proven = ctx.step > 0  # a replacement explorer joins a run whose rollouts have worked
     while not ctx.stopped and budget.more(ctx.step, fed):
+        if not ctx.hold_while_paused():  # paused by Steer: no lease, no rollout until resumed (or stopped)
+            break
         if not ctx.wait_for_weights(budget.version_step(ctx.step, fed)):
             break
+        # Per step: a live run's temperature may be steered between steps.
+        settings = replace(
+            ctx.rollout_settings(cfg.explorer.temperature, cfg.algorithm.repeat_times),
+            greedy_baseline=greedy_baseline,
+        )
         started = time.perf_counter()
         leased = ctx.buffer.lease_tasks(taskset, ctx.instance_id, cfg.buffer.batch_size)
         if not leased.tasks:
@@ -111,15 +125,18 @@ def run(ctx: ExplorerContext) -> str:
                 break
             ctx.wait(0.5)  # tasks are leased elsewhere; they may come back
             continue
-        ENGINE_QUEUE.set(len(leased.tasks) * settings.repeat_times)
-        with ctx.engine_guard():
-            batches = ctx.workflow.run_batch(list(leased.tasks), ctx.engine, settings)
+        tasks = list(leased.tasks)
+        ENGINE_QUEUE.set(len(tasks) * settings.repeat_times)
+        keeper = LeaseKeeper(ctx.buffer, taskset, ctx.instance_id, tasks, taskset_section.lease_seconds)
+        with keeper, ctx.engine_guard():
+            rollouts = pool.run(tasks, settings)
         ENGINE_QUEUE.set(0)
-        experiences = [e for batch in batches for e in batch]
-        put = ctx.buffer.put(stream, experiences)
-        ctx.buffer.complete_tasks(taskset, ctx.instance_id, task_results(leased.tasks, batches))
+        proven = fail_fast(rollouts, proven)
+        experiences = [e for r in rollouts for e in r.experiences]
+        put = ctx.buffer.put(stream, experiences) if experiences else buffer_pb2.PutExperiencesResponse()
+        ctx.buffer.complete_tasks(taskset, ctx.instance_id, rollout_results(rollouts))
         fed = _batches_fed(ctx, stream, budget)
-        _report_step(ctx, experiences, put, time.perf_counter() - started, fed)
+        _report_step(ctx, rollouts, put, time.perf_counter() - started, fed, keeper.lost)
         ctx.step += 1
         interval = cfg.explorer.eval_interval
         if interval and cfg.buffer.eval_tasksets and ctx.model_version - last_eval_version >= interval:
@@ -140,6 +157,35 @@ def run(ctx: ExplorerContext) -> str:
     return "explorer finished"
 
 
+def fail_fast(rollouts: list[Rollout], proven: bool) -> bool:
+    """Whether the run's rollouts have been seen to work, after this step; raises when they never have.
+
+    A dropped rollout is the task's or the moment's bad luck once some rollout of the run has worked. Before
+    that, a step in which every rollout failed, at least one with an error (not a timeout), says the setup is
+    broken (a workflow refusing the task shape, a reward name that does not resolve): the run fails with it
+    rather than dropping the whole task set one step at a time. Timeouts alone never fail it: a slow first
+    step (compilation, a cold cache) is not a broken config.
+    """
+    if proven or any(not r.dropped for r in rollouts):
+        return True
+    errors = [r for r in rollouts if r.error is not None and r.drop_reason != "timeout"]
+    if errors:
+        first = errors[0]
+        raise RuntimeError(
+            f"no rollout has succeeded yet and every rollout of this step failed; task {first.task.id!r} after "
+            f"{first.attempts} attempts: {type(first.error).__name__}: {first.error}"
+        ) from first.error
+    return False
+
+
+def rollout_results(rollouts: list[Rollout]) -> list[buffer_pb2.TaskResult]:
+    """CompleteTasks results: pass rates of the rolled-out tasks; dropped ones completed as failed."""
+    results = task_results([r.task for r in rollouts], [r.experiences for r in rollouts])
+    for result, rollout in zip(results, rollouts, strict=True):
+        result.failed = rollout.dropped
+    return results
+
+
 def _batches_fed(ctx: ExplorerContext, stream: str, budget: ExploreBudget) -> int:
     """Train batches the stream has accepted so far, from every explorer of the run (after operators)."""
     if not budget.train_steps:
@@ -155,11 +201,13 @@ def _evaluate(ctx: ExplorerContext) -> None:
 
 def _report_step(
     ctx: ExplorerContext,
-    experiences: list[common_pb2.Experience],
+    rollouts: list[Rollout],
     put: buffer_pb2.PutExperiencesResponse,
     seconds: float,
     batches_fed: int,
+    lost_leases: list[str],
 ) -> None:
+    experiences = [e for r in rollouts for e in r.experiences]
     ok = [e for e in experiences if not e.failed]
     tokens = sum(len(e.response_token_ids) for e in experiences)
     metrics = {
@@ -174,9 +222,26 @@ def _report_step(
         "train_batches_fed": float(batches_fed),
         "tokens_per_second": tokens / seconds if seconds > 0 else 0.0,
         "seconds": seconds,
+        **_failure_metrics(rollouts, lost_leases),
     }
     record_rollout(metrics, len(experiences), ctx.step, ctx.model_version)
     ctx.report("explore", step=ctx.step + 1, metrics=metrics)
+    dropped = [r for r in rollouts if r.dropped]
+    if dropped:
+        shown = ", ".join(f"{r.task.id} ({r.drop_reason})" for r in dropped[:_DROPS_LISTED])
+        more = f" and {len(dropped) - _DROPS_LISTED} more" if len(dropped) > _DROPS_LISTED else ""
+        ctx.report("log", step=ctx.step + 1, message=f"dropped {len(dropped)} rollouts: {shown}{more}")
+
+
+def _failure_metrics(rollouts: list[Rollout], lost_leases: list[str]) -> dict[str, float]:
+    """`dropped_rollouts` and one `dropped_rollouts.<reason>` per reason seen, retries, lost leases."""
+    reasons = Counter(r.drop_reason for r in rollouts if r.dropped)
+    return {
+        "dropped_rollouts": float(reasons.total()),
+        **{f"dropped_rollouts.{reason}": float(n) for reason, n in sorted(reasons.items())},
+        "rollout_retries": float(sum(max(r.attempts - 1, 0) for r in rollouts)),
+        "leases_lost": float(len(lost_leases)),
+    }
 
 
 def _mean(values: list[float] | list[bool] | list[int]) -> float:

@@ -24,8 +24,9 @@ from trinity.gateway.registry import InstanceRegistry
 from trinity.gateway.runs import TERMINAL, RunStore, now_ms
 from trinity.gateway.sync_groups import SyncGroups
 from trinity.runtime.client import open_channel
-from trinity.runtime.errors import FailedPrecondition, InvalidArgument, NotFound, one_line
+from trinity.runtime.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable, one_line
 from trinity.runtime.logging import get_logger
+from trinity.runtime.steering import EXPLORER_KNOBS, KNOBS, TRAINER_KNOBS, check_steering
 from trinity.v1 import common_pb2, explorer_pb2, explorer_pb2_grpc, gateway_pb2, trainer_pb2_grpc
 
 log = get_logger(__name__)
@@ -33,12 +34,13 @@ log = get_logger(__name__)
 PENDING, RUNNING = gateway_pb2.RUN_STATE_PENDING, gateway_pb2.RUN_STATE_RUNNING
 ROLE_EXPLORER, ROLE_TRAINER = "explorer", "trainer"
 EVAL_EPOCHS = 1_000_000
+EXPLORING_MODES = ("both", "explore")  # the modes whose explorers run the explore loop that steering acts on
 
 
 def roles_for(config: RunConfig) -> dict[str, int]:
     """How many instances of each role a run's mode needs."""
     explorers = config.explorer.num_workers if config.mode in ("both", "explore", "bench", "serve") else 0
-    trainers = 1 if config.mode in ("both", "train") else 0
+    trainers = 1 if config.mode in ("both", "train", "serve") else 0  # serve trains on the sessions it records
     return {ROLE_EXPLORER: explorers, ROLE_TRAINER: trainers}
 
 
@@ -84,6 +86,64 @@ class Orchestrator:
             return run
         self._stop_services(run, explorer_pb2.STOP_REASON_CANCELLED, reason)
         return self._finish(run_id, gateway_pb2.RUN_STATE_CANCELLED, reason)
+
+    def steer(self, run_id: str, steering: common_pb2.Steering) -> gateway_pb2.SteerRunResponse:
+        """Forward each knob to the services that own it (the trainer first: it may refuse, and then nothing
+        has changed) and record every change as a `steer` event."""
+        knobs = check_steering(steering)
+        run = self.runs.get(run_id)
+        if run.state != RUNNING:
+            state = gateway_pb2.RunState.Name(run.state).removeprefix("RUN_STATE_")
+            raise FailedPrecondition(f"run {run_id} is {state}; only a RUNNING run can be steered")
+        config = self._config(run)
+        _check_steerable(config, knobs)
+        calls: list[tuple[str, common_pb2.Steering]] = []
+        for role, owned in ((ROLE_TRAINER, TRAINER_KNOBS), (ROLE_EXPLORER, EXPLORER_KNOBS)):
+            mine = [k for k in knobs if k in owned]
+            if not mine:
+                continue
+            part = common_pb2.Steering()
+            for knob in mine:
+                setattr(part, knob, getattr(steering, knob))
+            calls += [(i, part) for i, r in sorted(run.assignments.items()) if r == role and i not in run.finished]
+        changes: list[common_pb2.SteerChange] = []
+        try:
+            for instance_id, part in calls:
+                changes += self._steer_instance(run, instance_id, part)
+        finally:  # what was applied before a failure is recorded all the same
+            for change in changes:
+                self.runs.append_event(
+                    gateway_pb2.RunEvent(
+                        run_id=run_id,
+                        kind="steer",
+                        source=change.source,
+                        message=describe_change(change),
+                        metrics={change.knob: change.new_value},
+                        stage=run.stage,
+                        step=run.train_step,
+                        model_version=run.model_version,
+                    )
+                )
+        applied = [k for k in KNOBS if any(c.knob == k for c in changes)]
+        log.info("run.steered", run_id=run_id, applied=applied)
+        return gateway_pb2.SteerRunResponse(applied=applied, changes=changes)
+
+    def _steer_instance(
+        self, run: gateway_pb2.Run, instance_id: str, steering: common_pb2.Steering
+    ) -> list[common_pb2.SteerChange]:
+        instance = self.registry.get(instance_id)
+        if instance is None or not instance.alive or instance_id in run.lost_unix_ms:
+            raise Unavailable(f"{run.assignments[instance_id]} {instance_id} is lost; steer again once it is replaced")
+        try:
+            with open_channel(instance.address) as channel:
+                reply = _stub(instance.service, channel).Steer(
+                    common_pb2.SteerRequest(run_id=run.id, steering=steering), timeout=30
+                )
+        except grpc.RpcError as err:
+            if err.code() in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.INVALID_ARGUMENT):
+                raise FailedPrecondition(f"{instance.service} {instance_id}: {err.details()}") from None
+            raise Unavailable(f"{instance.service} {instance_id} did not apply it: {one_line(err)}") from None
+        return list(reply.changes)
 
     def report(self, event: gateway_pb2.RunEvent) -> tuple[str, bool]:
         """Record a service's event and move the run along (progress, completion, failure)."""
@@ -500,6 +560,25 @@ class Orchestrator:
     def _spawn(self, fn: Callable, *args: object) -> None:
         thread = threading.Thread(target=fn, args=args, daemon=True)
         thread.start()
+
+
+def _check_steerable(config: RunConfig, knobs: list[str]) -> None:
+    """FAILED_PRECONDITION for a knob the run's mode has no service (or no loop) to apply."""
+    if "temperature" in knobs and config.mode == "serve":
+        raise FailedPrecondition("steering.temperature: a serve-mode run samples as its clients ask, per request")
+    explorer = [k for k in knobs if k in EXPLORER_KNOBS]
+    if explorer and config.mode not in EXPLORING_MODES:
+        raise FailedPrecondition(f"steering.{explorer[0]}: a run of mode {config.mode!r} does not explore")
+    trainer = [k for k in knobs if k in TRAINER_KNOBS]
+    if trainer and not roles_for(config)[ROLE_TRAINER]:
+        raise FailedPrecondition(f"steering.{trainer[0]}: a run of mode {config.mode!r} has no trainer")
+
+
+def describe_change(change: common_pb2.SteerChange) -> str:
+    """`learning_rate 1e-06 -> 5e-06`; the pause as words (`exploration paused`)."""
+    if change.knob == "pause_exploration":
+        return "exploration paused" if change.new_value else "exploration resumed"
+    return f"{change.knob} {change.old_value:g} -> {change.new_value:g}"
 
 
 class _Stopping(Exception):

@@ -77,6 +77,8 @@ class TrainerRunner(ReportingRunner):
         self._leaving = False  # stopping because this process shuts down: the run goes on elsewhere
         self._unacked: dict[str, list[str]] = {}  # stream -> entries trained but not yet acknowledged
         self.expert: ExpertStream | None = None
+        self._steer_lock = threading.Lock()
+        self._next_lr: float | None = None  # a steered learning rate, applied before the next train step
         self._thread = threading.Thread(target=self._main, name=f"trainer-{run_id}", daemon=True)
         self.stage_dir = run_dir(config, run_id) / f"stage{stage}"
         self.stream = naming.experience_stream(run_id, stage, config.buffer.experience_stream.name)
@@ -97,6 +99,21 @@ class TrainerRunner(ReportingRunner):
 
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
+
+    def steer_learning_rate(self, backend: TrainerBackend, lr: float) -> float:
+        """Make `lr` the base learning rate from the next train step (the step in progress keeps its own);
+        returns the rate it replaces. SteeringUnsupported from a backend that cannot."""
+        with self._steer_lock:
+            old = self._next_lr if self._next_lr is not None else backend.learning_rate
+            self._next_lr = lr
+        return old
+
+    def _apply_steering(self, backend: TrainerBackend) -> None:
+        with self._steer_lock:
+            lr, self._next_lr = self._next_lr, None
+        if lr is not None:
+            backend.set_learning_rate(lr)
+            log.info("trainer.learning_rate_set", run_id=self.run_id, lr=lr, step=self.step)
 
     @property
     def step(self) -> int:
@@ -151,7 +168,7 @@ class TrainerRunner(ReportingRunner):
                 "log", message=f"mixing {self.expert.per_batch} demonstrations into each batch ({loaded} loaded)"
             )
         self.state = "running"
-        if cfg.mode == "both":
+        if cfg.mode in ("both", "serve"):  # explorers to feed: rollouts, or the served model
             self.publisher = WeightPublisher(
                 self.gateway,
                 run_id=self.run_id,
@@ -170,6 +187,7 @@ class TrainerRunner(ReportingRunner):
                 break
             entry_ids, experiences, dropped_stale = batch
             experts = sum(e.kind == common_pb2.EXPERIENCE_KIND_SFT for e in experiences)
+            self._apply_steering(backend)
             started = time.perf_counter()
             metrics = backend.train_step(experiences)
             if metrics.get("skipped"):

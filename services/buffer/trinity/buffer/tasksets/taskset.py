@@ -42,6 +42,23 @@ redis.call('SET', KEYS[3], start + take)
 return {renewed, start, take}
 """
 
+# KEYS: leases, owners   ARGV: deadline_ms, consumer, lease ids...
+# A lease is renewed only while this consumer still owns it, expired or not: an expired lease nobody took
+# is still this consumer's work; one handed to another consumer (or completed) is lost.
+_RENEW = """
+local renewed, lost = {}, {}
+for i = 3, #ARGV do
+  local member = ARGV[i]
+  if redis.call('HGET', KEYS[2], member) == ARGV[2] and redis.call('ZSCORE', KEYS[1], member) then
+    redis.call('ZADD', KEYS[1], 'XX', ARGV[1], member)
+    table.insert(renewed, member)
+  else
+    table.insert(lost, member)
+  end
+end
+return {renewed, lost}
+"""
+
 _PASS_RATE_SMOOTHING = 0.5  # weight of the newest report: the policy changes, old rates go stale
 
 
@@ -56,6 +73,7 @@ class TaskSet:
         self.rows = rows
         self.keys = TaskSetKeys(config.name)
         self._lease = client.register_script(_LEASE)
+        self._renew = client.register_script(_RENEW)
         self._assign_key = self.keys.spec.removesuffix(":spec") + ":assign"
         self._validate_keys()
 
@@ -100,6 +118,14 @@ class TaskSet:
         indices = self._indices(positions)
         tasks = [self._task(pos, indices[pos], deadline) for pos in positions]
         return tasks, (not tasks and self.exhausted())
+
+    def renew(
+        self, consumer: str, lease_ids: Sequence[str], lease_seconds: float = 0
+    ) -> tuple[list[str], list[str], int]:
+        """Extend the leases `consumer` still holds to now + `lease_seconds`: (renewed, lost, new deadline ms)."""
+        deadline = int(time.time() * 1000) + int((lease_seconds or self.config.lease_seconds) * 1000)
+        renewed, lost = self._renew(keys=[self.keys.leases, self.keys.owners], args=[deadline, consumer, *lease_ids])
+        return [m.decode() for m in renewed], [m.decode() for m in lost], deadline
 
     def _indices(self, positions: list[int]) -> dict[int, int]:
         if self.config.selector != "difficulty":
@@ -165,18 +191,25 @@ class TaskSet:
     # ---- completion and release --------------------------------------------------------------------
 
     def complete(self, results: Sequence[buffer_pb2.TaskResult]) -> tuple[int, int]:
-        """End leases; record pass rates (even for a lease that expired meanwhile: the score is real)."""
+        """End leases; record pass rates (even for a lease that expired meanwhile: the score is real).
+
+        A failed result ends its lease like any other, so the task is not handed out again, and records no
+        pass rate: a task nobody could roll out neither passed nor failed the policy.
+        """
         pipe = self.client.pipeline()
         for r in results:
             pipe.zrem(self.keys.leases, r.lease_id)
             pipe.hdel(self.keys.owners, r.lease_id)
-        removed = pipe.execute()[0::2]
-        completed = sum(int(x) for x in removed)
+        removed = [int(x) for x in pipe.execute()[0::2]]
+        completed = sum(removed)
+        failed = sum(x for x, r in zip(removed, results, strict=True) if r.failed)
         if completed:
             self.client.incrby(self.keys.completed, completed)
+        if failed:
+            self.client.incrby(self.keys.failed, failed)
         scored = {}
         for r in results:
-            if r.pass_rate >= 0:
+            if r.pass_rate >= 0 and not r.failed:
                 index = _index_of(r.task_id, self.config.name)
                 if index is not None:
                     scored[index] = (r.pass_rate, max(r.samples, 1))
@@ -226,6 +259,7 @@ class TaskSet:
             total_tasks=self.total,
             handed_out=cursor,
             completed=int(self.client.get(self.keys.completed) or 0),
+            failed=int(self.client.get(self.keys.failed) or 0),
             leased=leased,
             epoch=min(cursor // self.size, self.config.epochs - 1) if self.size else 0,
             exhausted=cursor >= self.total and leased == 0,

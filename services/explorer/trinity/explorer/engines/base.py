@@ -97,6 +97,10 @@ class GenerationTimeout(TimeoutError):
     """A call ran past its `deadline`."""
 
 
+class EngineFailed(RuntimeError):
+    """The engine itself is gone (not one request's fault): no further call can succeed."""
+
+
 _DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("engine_deadline", default=None)
 
 

@@ -24,7 +24,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from trinity.explorer.engines.base import GenerationTimeout, SampleDelta
+from trinity.explorer.engines.base import EngineFailed, GenerationTimeout, SampleDelta
 from trinity.runtime.logging import get_logger
 
 log = get_logger(__name__)
@@ -35,7 +35,7 @@ IDLE_WAIT_S = 0.05  # how often an idle loop looks at the clock (deadlines) and 
 _END = object()  # a request's last queue item: its work in the engine is over
 
 
-class EngineLoopClosed(RuntimeError):
+class EngineLoopClosed(EngineFailed):
     """The loop stopped (closed, or the engine failed): no more requests are taken."""
 
 
