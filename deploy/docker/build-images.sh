@@ -25,7 +25,7 @@ IMAGE_PYTHON="$(docker run --rm "$BASE" python -c 'import platform; print(platfo
 
 mkdir -p "$WHEELS"
 started=$(date +%s)
-for service in buffer gateway trainer explorer cli; do
+for service in buffer gateway trainer explorer console cli; do
     "$PY" deploy/docker/requirements.py "$service" --torch-index ""
 done | sort -u > "$WHEELS/requirements.txt"
 pip_quiet download -q -d "$WHEELS" --python-version "$IMAGE_PYTHON" --only-binary=:all: \
@@ -63,4 +63,5 @@ build "trinity/gateway:$VERSION" services/gateway/Dockerfile
 build "trinity/buffer:$VERSION" services/buffer/Dockerfile
 build "trinity/trainer:$VERSION-cpu" services/trainer/Dockerfile
 build "trinity/explorer:$VERSION-cpu" services/explorer/Dockerfile
+build "trinity/console:$VERSION" services/console/Dockerfile
 build "trinity/cli:$VERSION" cli/Dockerfile

@@ -33,6 +33,7 @@ IMAGES = {
     "gateway": "trinity-gateway",
     "trainer": "trinity-trainer",
     "explorer": "trinity-explorer",
+    "console": "trinity-console",
     "cli": "trinity",
 }
 # service -> flavour -> the extras of its own distribution it installs

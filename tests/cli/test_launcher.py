@@ -140,3 +140,17 @@ def test_a_watch_resumes_across_a_gateway_restart_without_repeating_or_missing_e
         assert [e.message for e in seen if e.message in ("before", "after")] == ["before", "after"]
     finally:
         stack.down()
+
+
+def test_the_console_starts_beside_the_stack_and_reaches_its_gateway(tmp_path):
+    import httpx
+
+    stack = LocalStack.up(tmp_path, roles=("gateway",), policy=QUICK)
+    try:
+        url = stack.add_console(0)
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/")
+        assert httpx.get(url + "health", timeout=10).json() == {"status": "ok", "gateway": True}
+        console = stack.services["console"].process
+    finally:
+        stack.down()
+    assert console.poll() is not None  # stopped with the stack

@@ -38,6 +38,9 @@ STATUS_STUBS = {
     "explorer": explorer_pb2_grpc.ExplorerServiceStub,
     "trainer": trainer_pb2_grpc.TrainerServiceStub,
 }
+# The variables that make a service listen; the console is an HTTP server with its own.
+PORT_VARIABLES = ("TRINITY_PORT", "TRINITY_METRICS_PORT", "TRINITY_CONSOLE_PORT")
+CONSOLE = "trinity.console.server"
 _ADDRESS = re.compile(r"(?P<host>[A-Za-z][A-Za-z0-9_.-]*):(?P<port>\d+)")
 
 
@@ -50,7 +53,7 @@ class Loopback:
         self.data_root = data_root
         for name, service in services.items():
             env = self.image_env(service) | service.get("environment", {})
-            for key in ("TRINITY_PORT", "TRINITY_METRICS_PORT"):
+            for key in PORT_VARIABLES:
                 if env.get(key, "0") not in ("0", "-1"):
                     self.ports[(name, int(env[key]))] = free_port()
             for port in container_ports(service):
@@ -67,7 +70,7 @@ class Loopback:
         return {k: v for k, v in runtime.env().items() if k != "PATH"}  # PATH is the venv's, here ours
 
     def rewrite(self, owner: str, key: str, value: str) -> str:
-        if key in ("TRINITY_PORT", "TRINITY_METRICS_PORT") and value not in ("0", "-1"):
+        if key in PORT_VARIABLES and value not in ("0", "-1"):
             return str(self.ports[(owner, int(value))])
         if key == "TRINITY_ADVERTISE_HOST":
             assert value in self.services, f"{owner} advertises {value}, not a service name"
@@ -98,7 +101,8 @@ class Loopback:
         runtime = dockerfile.parse(Path(service["build"]["context"]) / service["build"]["dockerfile"])[-1]
         entrypoint = list(service.get("entrypoint") or runtime.exec_form("ENTRYPOINT"))
         argv = entrypoint + list(service.get("command") or [])
-        modules = {"trinity": "trinity.cli", "trinity-serve": "trinity.runtime.serve"}  # the console scripts
+        # the console scripts
+        modules = {"trinity": "trinity.cli", "trinity-serve": "trinity.runtime.serve", "trinity-console": CONSOLE}
         assert argv[0] in modules, f"{name}: the entrypoint must be a trinity command, not {argv[0]}"
         return [sys.executable, "-m", modules[argv[0]], *argv[1:]]
 
@@ -108,7 +112,7 @@ class ComposeService(ServiceProcess):
 
     def __init__(self, name: str, loopback: Loopback) -> None:
         env = loopback.environment(name)
-        super().__init__(name, port=int(env["TRINITY_PORT"]))
+        super().__init__(name, port=int(env.get("TRINITY_PORT") or env["TRINITY_CONSOLE_PORT"]))
         self.env = env
         self.argv = loopback.argv(name)
         self.compose = loopback.services[name]
@@ -182,9 +186,17 @@ def stack(tmp_path_factory, pki) -> Iterator[tuple[Loopback, dict[str, ComposeSe
 
 def test_every_trinity_service_is_started_from_the_compose_file(stack):
     _, started = stack
-    assert sorted(started) == ["buffer", "explorer", "gateway", "trainer"]
+    assert sorted(started) == ["buffer", "console", "explorer", "gateway", "trainer"]
     for name, service in started.items():
-        assert service.argv[2:4] == ["trinity.runtime.serve", name]
+        assert service.argv[2:4] == (["trinity.runtime.serve", name] if name != "console" else [CONSOLE])
+
+
+def test_the_console_reaches_the_gateway_through_the_compose_wiring(stack):
+    import httpx
+
+    _, started = stack
+    health = httpx.get(f"http://{started['console'].address}/health", timeout=10).json()
+    assert health == {"status": "ok", "gateway": True}  # over TLS with a client certificate, with the token
 
 
 def test_the_buffer_works_through_the_compose_wiring(stack, pki):

@@ -166,3 +166,18 @@ def test_a_follower_names_the_rank_variable_that_is_missing_or_wrong(
 def test_more_local_ranks_than_ranks_is_refused(tiny_model: Path) -> None:
     with pytest.raises(ValidationError, match=r"trainer.local_ranks: 3 exceeds trainer.data_parallel_size \(2\)"):
         _config(tiny_model, local_ranks=3)
+
+
+def test_a_steered_learning_rate_reaches_every_rank(tiny_model: Path) -> None:
+    backend = ReplicatedBackend(_config(tiny_model), None, run_id="dp2-lr")
+    try:
+        backend.train_step(grouped_rollouts(2, 4, seed=1))
+        steered = backend.learning_rate * 50
+        backend.set_learning_rate(steered)
+        metrics = backend.train_step(grouped_rollouts(2, 4, seed=2))
+        states = backend.rank_states()
+    finally:
+        backend.close()
+    assert metrics["lr"] == pytest.approx(steered)
+    assert [s["learning_rate"] for s in states] == [pytest.approx(steered)] * 2
+    assert states[1]["weights_digest"] == states[0]["weights_digest"]

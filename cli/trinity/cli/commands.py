@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Everything on this machine: Redis + the four services, one run, logs and plots, clean shutdown."""
-    return run_locally(preflight.local_run(load_run_config(args.config)), args.output, quiet=args.quiet)  # bad: exit 2
+    config = preflight.local_run(load_run_config(args.config))  # bad: exit 2
+    return run_locally(config, args.output, quiet=args.quiet, console_port=args.console_port if args.console else None)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -42,7 +43,10 @@ def explorer_threads(stages: list[RunConfig], explorers: int, cores: int | None 
     return chosen or max(1, (cores or os.cpu_count() or 1) // explorers)
 
 
-def run_locally(config: RunConfig, output_dir: str | None, *, quiet: bool = False) -> int:
+def run_locally(
+    config: RunConfig, output_dir: str | None, *, quiet: bool = False, console_port: int | None = None
+) -> int:
+    """`console_port` (0: any free port) also starts the console, whose URL is printed before the run starts."""
     import grpc
 
     from trinity.cli.launcher import LocalStack
@@ -88,6 +92,8 @@ def run_locally(config: RunConfig, output_dir: str | None, *, quiet: bool = Fals
             extra_env=preflight.data_roots_env(stages, output),
             on_give_up=monitor.note,
         )
+        if console_port is not None:
+            print(f"console at {stack.add_console(console_port)}", flush=True)
         with TrinityClient(stack.gateway) as client:
             handle = client.create_run(config.model_dump_json())
             run_id = handle.id
@@ -215,11 +221,25 @@ def cmd_model_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 65535, got {port}")
+    return port
+
+
 def add_commands(commands: Any) -> None:
     run = commands.add_parser("run", help="run everything locally: redis, the four services, one run")
     run.add_argument("--config", required=True, help="run config (YAML)")
     run.add_argument("--output", default=None, help="directory for summary.json, plots, logs (default runs/...)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--console", action="store_true", help="also start the web console and print its URL")
+    run.add_argument(
+        "--console-port", type=_port, default=8300, metavar="PORT", help="the console's port (default 8300; 0 = any)"
+    )
     run.set_defaults(handler=cmd_run)
 
     submit = commands.add_parser("submit", help="submit a run to a running gateway")

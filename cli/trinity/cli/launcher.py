@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from functools import partial
@@ -214,6 +215,27 @@ class LocalStack:
         command += ["--host", "127.0.0.1"]
         self.services[name] = handle
         self._supervise(name, handle, command, env, handle.log_path)
+
+    def add_console(self, port: int, timeout: float = 60.0) -> str:
+        """The console (the web UI) on `port` (0: any free one), supervised like the services; its URL once it
+        answers. It serves HTTP, not gRPC: its health is its /health page."""
+        port = port or free_port()
+        env = {**self.services["gateway"].env, "TRINITY_GATEWAY": self.gateway, "TRINITY_CONSOLE_HOST": "127.0.0.1"}
+        handle = ServiceHandle("console", port, self.log_dir / "console.log", "console", env)
+        self.services["console"] = handle  # last in: stopped first
+        command = [sys.executable, "-m", "trinity.console.server", "--port", str(port)]
+        self._supervise("console", handle, command, env, handle.log_path)
+        url = f"http://{handle.address}/"
+        deadline = time.monotonic() + timeout
+        while "console" not in self.given_up and time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(url + "health", timeout=2) as reply:
+                    if reply.status == 200:
+                        return url
+            except OSError:
+                self._stopping.wait(0.2)
+        reason = self.given_up.get("console") or f"the console did not answer within {timeout:.0f}s"
+        raise RuntimeError(f"{reason}; its log ends with:\n{handle.log_path.read_text(errors='replace')[-3000:]}")
 
     def _supervise(
         self, name: str, owner: _HoldsProcess, command: list[str], env: dict[str, str] | None, log_path: Path

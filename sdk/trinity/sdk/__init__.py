@@ -6,20 +6,30 @@
     run = client.create_run("examples/quickstart/config.yaml")
     for event in run.watch():
         print(event.kind, dict(event.metrics))
+    run.steer(temperature=0.7)   # a live run's knobs: pause_exploration, temperature, learning_rate
     print(run.wait().state)
 
 `AsyncTrinityClient` offers the same with `async`/`await`.
 """
 
 from trinity.sdk.client import AsyncRunHandle, AsyncTrinityClient, RunHandle, TrinityClient
-from trinity.sdk.errors import GatewayUnavailable, InvalidRunConfig, RunNotFound, TrinityError
+from trinity.sdk.errors import (
+    GatewayUnavailable,
+    InvalidRequest,
+    InvalidRunConfig,
+    RunConflict,
+    RunNotFound,
+    TrinityError,
+)
 from trinity.sdk.metrics import RunMetrics
 
 __all__ = [
     "AsyncRunHandle",
     "AsyncTrinityClient",
     "GatewayUnavailable",
+    "InvalidRequest",
     "InvalidRunConfig",
+    "RunConflict",
     "RunHandle",
     "RunMetrics",
     "RunNotFound",

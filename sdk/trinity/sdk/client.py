@@ -16,7 +16,7 @@ from trinity.runtime.settings import auth_token
 from trinity.runtime.tls import TlsSettings
 from trinity.sdk.errors import GatewayUnavailable, TrinityError, translate
 from trinity.sdk.metrics import RunMetrics
-from trinity.v1 import gateway_pb2, gateway_pb2_grpc
+from trinity.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
 TERMINAL = {gateway_pb2.RUN_STATE_SUCCEEDED, gateway_pb2.RUN_STATE_FAILED, gateway_pb2.RUN_STATE_CANCELLED}
 DEFAULT_GATEWAY = "127.0.0.1:50051"
@@ -113,6 +113,18 @@ class RunHandle:
     def cancel(self, reason: str = "cancelled by user") -> gateway_pb2.Run:
         return self.client._call("CancelRun", gateway_pb2.CancelRunRequest(run_id=self.id, reason=reason))
 
+    def steer(
+        self,
+        *,
+        pause_exploration: bool | None = None,
+        temperature: float | None = None,
+        learning_rate: float | None = None,
+    ) -> gateway_pb2.SteerRunResponse:
+        """Change knobs of the live run (docs/console.md, "Steering"); None leaves a knob as it is."""
+        return self.client.steer_run(
+            self.id, pause_exploration=pause_exploration, temperature=temperature, learning_rate=learning_rate
+        )
+
 
 class TrinityClient:
     def __init__(
@@ -161,6 +173,25 @@ class TrinityClient:
 
     def list_runs(self) -> list[gateway_pb2.Run]:
         return list(self._call("ListRuns", gateway_pb2.ListRunsRequest()).runs)
+
+    def steer_run(
+        self,
+        run_id: str,
+        *,
+        pause_exploration: bool | None = None,
+        temperature: float | None = None,
+        learning_rate: float | None = None,
+    ) -> gateway_pb2.SteerRunResponse:
+        """Change knobs of a RUNNING run: InvalidRequest for a value out of bounds (naming the field), RunConflict
+        when the run cannot take it (not running, a serve run's temperature, a Megatron trainer's learning rate)."""
+        steering = common_pb2.Steering(
+            pause_exploration=pause_exploration, temperature=temperature, learning_rate=learning_rate
+        )
+        return self._call("SteerRun", gateway_pb2.SteerRunRequest(run_id=run_id, steering=steering))
+
+    def instances(self, service: str = "") -> list[gateway_pb2.Instance]:
+        """The services registered with the gateway (all, or of one service), with their liveness."""
+        return list(self._call("ListInstances", gateway_pb2.ListInstancesRequest(service=service)).instances)
 
 
 class AsyncRunHandle:

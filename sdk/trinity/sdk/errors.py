@@ -9,8 +9,17 @@ class TrinityError(Exception):
     """Base class of every SDK error."""
 
 
-class InvalidRunConfig(TrinityError):
+class InvalidRequest(TrinityError):
+    """The gateway refused a value of the request (INVALID_ARGUMENT); the message names the field."""
+
+
+class InvalidRunConfig(InvalidRequest):
     """The gateway refused the run config; the message names the wrong field."""
+
+
+class RunConflict(TrinityError):
+    """The request is valid but the run cannot take it now (FAILED_PRECONDITION): it is not running, or the
+    services cannot apply the change; the message says why."""
 
 
 class RunNotFound(TrinityError):
@@ -27,6 +36,8 @@ def translate(err: grpc.RpcError, target: str) -> TrinityError:
         return InvalidRunConfig(details)
     if code == grpc.StatusCode.NOT_FOUND:
         return RunNotFound(details)
+    if code == grpc.StatusCode.FAILED_PRECONDITION:
+        return RunConflict(details)
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         return GatewayUnavailable(f"gateway at {target} is not answering ({code.name}); is `trinity serve gateway` up?")
     if code == grpc.StatusCode.UNAUTHENTICATED:

@@ -14,6 +14,7 @@ from google.protobuf.message import Message
 
 from trinity.buffer import metrics
 from trinity.buffer.offline import export_entries, offline_experiences
+from trinity.buffer.sampling import DEFAULT_LIMIT, MAX_LIMIT, SampleFilter, sample
 from trinity.buffer.store import BufferStore
 from trinity.buffer.streams.experience_stream import ExperienceStream, ReadResult
 from trinity.buffer.streams.validation import validate_experiences
@@ -134,6 +135,19 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
         return buffer_pb2.CompleteTasksResponse(completed=completed, unknown=unknown)
 
     @grpc_errors
+    def RenewTaskLeases(self, request: buffer_pb2.RenewTaskLeasesRequest, context: grpc.ServicerContext) -> Any:
+        taskset = self.store.taskset(require(request.taskset, "taskset"))
+        consumer = require(request.consumer, "consumer")
+        if not request.lease_ids:
+            raise InvalidArgument("lease_ids", "must name at least one lease (Task.lease_id)")
+        at_most(request.lease_ids, "lease_ids")
+        for i, lease_id in enumerate(request.lease_ids):
+            require(lease_id, f"lease_ids[{i}]")
+        in_range(request.lease_seconds, "lease_seconds", 0, MAX_LEASE_SECONDS)  # 0 = the task set's default
+        renewed, lost, deadline_ms = taskset.renew(consumer, request.lease_ids, request.lease_seconds)
+        return buffer_pb2.RenewTaskLeasesResponse(renewed=renewed, lost=lost, lease_deadline_ms=deadline_ms)
+
+    @grpc_errors
     def ReleaseTasks(self, request: buffer_pb2.ReleaseTasksRequest, context: grpc.ServicerContext) -> Any:
         consumer = require(request.consumer, "consumer")
         names = [bounded(request.taskset, "taskset")] if request.taskset else self.store.taskset_names()
@@ -247,6 +261,18 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
     def TrimStream(self, request: buffer_pb2.TrimStreamRequest, context: grpc.ServicerContext) -> Any:
         stream = self.store.stream(require(request.stream, "stream"))
         return buffer_pb2.TrimStreamResponse(removed=stream.trim())
+
+    @grpc_errors
+    def SampleExperiences(self, request: buffer_pb2.SampleExperiencesRequest, context: grpc.ServicerContext) -> Any:
+        stream = self.store.stream(require(request.stream, "stream"))
+        if not 0 <= request.limit <= MAX_LIMIT:
+            raise InvalidArgument(
+                "limit", f"must be between 1 and {MAX_LIMIT} (0 = {DEFAULT_LIMIT}), got {request.limit}"
+            )
+        for field in ("min_reward", "max_reward"):
+            if request.HasField(field) and math.isnan(getattr(request, field)):
+                raise InvalidArgument(field, "must be a number, got NaN")
+        return sample(stream, request.limit or DEFAULT_LIMIT, SampleFilter.of(request))
 
     # ---- offline data ------------------------------------------------------------------------------
 

@@ -42,7 +42,7 @@ class TaskSetSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., path: _Optional[str] = ..., format: _Optional[str] = ..., split: _Optional[str] = ..., prompt_key: _Optional[str] = ..., answer_key: _Optional[str] = ..., epochs: _Optional[int] = ..., selector: _Optional[str] = ..., seed: _Optional[int] = ..., lease_seconds: _Optional[float] = ..., workflow: _Optional[str] = ..., reward_fn: _Optional[str] = ..., target_pass_rate: _Optional[float] = ..., curriculum_temperature: _Optional[float] = ..., limit: _Optional[int] = ...) -> None: ...
 
 class TaskSetInfo(_message.Message):
-    __slots__ = ("spec", "size", "total_tasks", "handed_out", "completed", "leased", "epoch", "exhausted")
+    __slots__ = ("spec", "size", "total_tasks", "handed_out", "completed", "leased", "epoch", "exhausted", "failed")
     SPEC_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
     TOTAL_TASKS_FIELD_NUMBER: _ClassVar[int]
@@ -51,6 +51,7 @@ class TaskSetInfo(_message.Message):
     LEASED_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
     spec: TaskSetSpec
     size: int
     total_tasks: int
@@ -59,7 +60,8 @@ class TaskSetInfo(_message.Message):
     leased: int
     epoch: int
     exhausted: bool
-    def __init__(self, spec: _Optional[_Union[TaskSetSpec, _Mapping]] = ..., size: _Optional[int] = ..., total_tasks: _Optional[int] = ..., handed_out: _Optional[int] = ..., completed: _Optional[int] = ..., leased: _Optional[int] = ..., epoch: _Optional[int] = ..., exhausted: _Optional[bool] = ...) -> None: ...
+    failed: int
+    def __init__(self, spec: _Optional[_Union[TaskSetSpec, _Mapping]] = ..., size: _Optional[int] = ..., total_tasks: _Optional[int] = ..., handed_out: _Optional[int] = ..., completed: _Optional[int] = ..., leased: _Optional[int] = ..., epoch: _Optional[int] = ..., exhausted: _Optional[bool] = ..., failed: _Optional[int] = ...) -> None: ...
 
 class CreateTaskSetRequest(_message.Message):
     __slots__ = ("spec", "replace")
@@ -106,16 +108,18 @@ class LeaseTasksResponse(_message.Message):
     def __init__(self, tasks: _Optional[_Iterable[_Union[_common_pb2.Task, _Mapping]]] = ..., exhausted: _Optional[bool] = ...) -> None: ...
 
 class TaskResult(_message.Message):
-    __slots__ = ("lease_id", "task_id", "pass_rate", "samples")
+    __slots__ = ("lease_id", "task_id", "pass_rate", "samples", "failed")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     PASS_RATE_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
     task_id: str
     pass_rate: float
     samples: int
-    def __init__(self, lease_id: _Optional[str] = ..., task_id: _Optional[str] = ..., pass_rate: _Optional[float] = ..., samples: _Optional[int] = ...) -> None: ...
+    failed: bool
+    def __init__(self, lease_id: _Optional[str] = ..., task_id: _Optional[str] = ..., pass_rate: _Optional[float] = ..., samples: _Optional[int] = ..., failed: _Optional[bool] = ...) -> None: ...
 
 class CompleteTasksRequest(_message.Message):
     __slots__ = ("taskset", "consumer", "results")
@@ -148,6 +152,28 @@ class ReleaseTasksResponse(_message.Message):
     RELEASED_FIELD_NUMBER: _ClassVar[int]
     released: int
     def __init__(self, released: _Optional[int] = ...) -> None: ...
+
+class RenewTaskLeasesRequest(_message.Message):
+    __slots__ = ("taskset", "consumer", "lease_ids", "lease_seconds")
+    TASKSET_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    LEASE_IDS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    taskset: str
+    consumer: str
+    lease_ids: _containers.RepeatedScalarFieldContainer[str]
+    lease_seconds: float
+    def __init__(self, taskset: _Optional[str] = ..., consumer: _Optional[str] = ..., lease_ids: _Optional[_Iterable[str]] = ..., lease_seconds: _Optional[float] = ...) -> None: ...
+
+class RenewTaskLeasesResponse(_message.Message):
+    __slots__ = ("renewed", "lost", "lease_deadline_ms")
+    RENEWED_FIELD_NUMBER: _ClassVar[int]
+    LOST_FIELD_NUMBER: _ClassVar[int]
+    LEASE_DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    renewed: _containers.RepeatedScalarFieldContainer[str]
+    lost: _containers.RepeatedScalarFieldContainer[str]
+    lease_deadline_ms: int
+    def __init__(self, renewed: _Optional[_Iterable[str]] = ..., lost: _Optional[_Iterable[str]] = ..., lease_deadline_ms: _Optional[int] = ...) -> None: ...
 
 class OperatorSpec(_message.Message):
     __slots__ = ("name", "params", "options")
@@ -380,6 +406,28 @@ class TrimStreamResponse(_message.Message):
     REMOVED_FIELD_NUMBER: _ClassVar[int]
     removed: int
     def __init__(self, removed: _Optional[int] = ...) -> None: ...
+
+class SampleExperiencesRequest(_message.Message):
+    __slots__ = ("stream", "limit", "min_reward", "max_reward", "model_version")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    MIN_REWARD_FIELD_NUMBER: _ClassVar[int]
+    MAX_REWARD_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    limit: int
+    min_reward: float
+    max_reward: float
+    model_version: int
+    def __init__(self, stream: _Optional[str] = ..., limit: _Optional[int] = ..., min_reward: _Optional[float] = ..., max_reward: _Optional[float] = ..., model_version: _Optional[int] = ...) -> None: ...
+
+class SampleExperiencesResponse(_message.Message):
+    __slots__ = ("items", "scanned")
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    SCANNED_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[DeliveredExperience]
+    scanned: int
+    def __init__(self, items: _Optional[_Iterable[_Union[DeliveredExperience, _Mapping]]] = ..., scanned: _Optional[int] = ...) -> None: ...
 
 class LoadOfflineDataRequest(_message.Message):
     __slots__ = ("stream", "path", "format", "kind", "split", "prompt_key", "response_key", "messages_key", "chosen_key", "rejected_key", "limit")

@@ -65,6 +65,11 @@ class BufferServiceStub:
                 request_serializer=trinity_dot_v1_dot_buffer__pb2.ReleaseTasksRequest.SerializeToString,
                 response_deserializer=trinity_dot_v1_dot_buffer__pb2.ReleaseTasksResponse.FromString,
                 _registered_method=True)
+        self.RenewTaskLeases = channel.unary_unary(
+                '/trinity.v1.BufferService/RenewTaskLeases',
+                request_serializer=trinity_dot_v1_dot_buffer__pb2.RenewTaskLeasesRequest.SerializeToString,
+                response_deserializer=trinity_dot_v1_dot_buffer__pb2.RenewTaskLeasesResponse.FromString,
+                _registered_method=True)
         self.CreateStream = channel.unary_unary(
                 '/trinity.v1.BufferService/CreateStream',
                 request_serializer=trinity_dot_v1_dot_buffer__pb2.CreateStreamRequest.SerializeToString,
@@ -109,6 +114,11 @@ class BufferServiceStub:
                 '/trinity.v1.BufferService/TrimStream',
                 request_serializer=trinity_dot_v1_dot_buffer__pb2.TrimStreamRequest.SerializeToString,
                 response_deserializer=trinity_dot_v1_dot_buffer__pb2.TrimStreamResponse.FromString,
+                _registered_method=True)
+        self.SampleExperiences = channel.unary_unary(
+                '/trinity.v1.BufferService/SampleExperiences',
+                request_serializer=trinity_dot_v1_dot_buffer__pb2.SampleExperiencesRequest.SerializeToString,
+                response_deserializer=trinity_dot_v1_dot_buffer__pb2.SampleExperiencesResponse.FromString,
                 _registered_method=True)
         self.LoadOfflineData = channel.unary_unary(
                 '/trinity.v1.BufferService/LoadOfflineData',
@@ -165,6 +175,13 @@ class BufferServiceServicer:
 
     def ReleaseTasks(self, request, context):
         """Returns every task a consumer holds to the queue at once (the consumer died or is leaving).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RenewTaskLeases(self, request, context):
+        """Extends leases the consumer still holds (a rollout outlives lease_seconds); says which were lost.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -229,6 +246,14 @@ class BufferServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SampleExperiences(self, request, context):
+        """The newest entries still in the stream, filtered, without reading them through the group (read-only:
+        nothing is delivered, acknowledged or counted).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def LoadOfflineData(self, request, context):
         """Offline data ------------------------------------------------------------------------------
         Loads SFT samples or DPO pairs from a file into a stream.
@@ -283,6 +308,11 @@ def add_BufferServiceServicer_to_server(servicer, server):
                     request_deserializer=trinity_dot_v1_dot_buffer__pb2.ReleaseTasksRequest.FromString,
                     response_serializer=trinity_dot_v1_dot_buffer__pb2.ReleaseTasksResponse.SerializeToString,
             ),
+            'RenewTaskLeases': grpc.unary_unary_rpc_method_handler(
+                    servicer.RenewTaskLeases,
+                    request_deserializer=trinity_dot_v1_dot_buffer__pb2.RenewTaskLeasesRequest.FromString,
+                    response_serializer=trinity_dot_v1_dot_buffer__pb2.RenewTaskLeasesResponse.SerializeToString,
+            ),
             'CreateStream': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateStream,
                     request_deserializer=trinity_dot_v1_dot_buffer__pb2.CreateStreamRequest.FromString,
@@ -327,6 +357,11 @@ def add_BufferServiceServicer_to_server(servicer, server):
                     servicer.TrimStream,
                     request_deserializer=trinity_dot_v1_dot_buffer__pb2.TrimStreamRequest.FromString,
                     response_serializer=trinity_dot_v1_dot_buffer__pb2.TrimStreamResponse.SerializeToString,
+            ),
+            'SampleExperiences': grpc.unary_unary_rpc_method_handler(
+                    servicer.SampleExperiences,
+                    request_deserializer=trinity_dot_v1_dot_buffer__pb2.SampleExperiencesRequest.FromString,
+                    response_serializer=trinity_dot_v1_dot_buffer__pb2.SampleExperiencesResponse.SerializeToString,
             ),
             'LoadOfflineData': grpc.unary_unary_rpc_method_handler(
                     servicer.LoadOfflineData,
@@ -506,6 +541,33 @@ class BufferService:
             '/trinity.v1.BufferService/ReleaseTasks',
             trinity_dot_v1_dot_buffer__pb2.ReleaseTasksRequest.SerializeToString,
             trinity_dot_v1_dot_buffer__pb2.ReleaseTasksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RenewTaskLeases(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trinity.v1.BufferService/RenewTaskLeases',
+            trinity_dot_v1_dot_buffer__pb2.RenewTaskLeasesRequest.SerializeToString,
+            trinity_dot_v1_dot_buffer__pb2.RenewTaskLeasesResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -749,6 +811,33 @@ class BufferService:
             '/trinity.v1.BufferService/TrimStream',
             trinity_dot_v1_dot_buffer__pb2.TrimStreamRequest.SerializeToString,
             trinity_dot_v1_dot_buffer__pb2.TrimStreamResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SampleExperiences(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trinity.v1.BufferService/SampleExperiences',
+            trinity_dot_v1_dot_buffer__pb2.SampleExperiencesRequest.SerializeToString,
+            trinity_dot_v1_dot_buffer__pb2.SampleExperiencesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -176,3 +176,39 @@ class ServiceStatus(_message.Message):
 class GetStatusRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class Steering(_message.Message):
+    __slots__ = ("pause_exploration", "temperature", "learning_rate")
+    PAUSE_EXPLORATION_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
+    pause_exploration: bool
+    temperature: float
+    learning_rate: float
+    def __init__(self, pause_exploration: _Optional[bool] = ..., temperature: _Optional[float] = ..., learning_rate: _Optional[float] = ...) -> None: ...
+
+class SteerChange(_message.Message):
+    __slots__ = ("knob", "old_value", "new_value", "source")
+    KNOB_FIELD_NUMBER: _ClassVar[int]
+    OLD_VALUE_FIELD_NUMBER: _ClassVar[int]
+    NEW_VALUE_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    knob: str
+    old_value: float
+    new_value: float
+    source: str
+    def __init__(self, knob: _Optional[str] = ..., old_value: _Optional[float] = ..., new_value: _Optional[float] = ..., source: _Optional[str] = ...) -> None: ...
+
+class SteerRequest(_message.Message):
+    __slots__ = ("run_id", "steering")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STEERING_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    steering: Steering
+    def __init__(self, run_id: _Optional[str] = ..., steering: _Optional[_Union[Steering, _Mapping]] = ...) -> None: ...
+
+class SteerResponse(_message.Message):
+    __slots__ = ("changes",)
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    changes: _containers.RepeatedCompositeFieldContainer[SteerChange]
+    def __init__(self, changes: _Optional[_Iterable[_Union[SteerChange, _Mapping]]] = ...) -> None: ...

@@ -50,6 +50,11 @@ class ExplorerServiceStub:
                 request_serializer=trinity_dot_v1_dot_explorer__pb2.GenerateRequest.SerializeToString,
                 response_deserializer=trinity_dot_v1_dot_explorer__pb2.GenerateResponse.FromString,
                 _registered_method=True)
+        self.Steer = channel.unary_unary(
+                '/trinity.v1.ExplorerService/Steer',
+                request_serializer=trinity_dot_v1_dot_common__pb2.SteerRequest.SerializeToString,
+                response_deserializer=trinity_dot_v1_dot_common__pb2.SteerResponse.FromString,
+                _registered_method=True)
         self.GetStatus = channel.unary_unary(
                 '/trinity.v1.ExplorerService/GetStatus',
                 request_serializer=trinity_dot_v1_dot_common__pb2.GetStatusRequest.SerializeToString,
@@ -80,6 +85,13 @@ class ExplorerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Steer(self, request, context):
+        """Applies the knobs of `steering` this service owns to its current run (from its next step).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetStatus(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -103,6 +115,11 @@ def add_ExplorerServiceServicer_to_server(servicer, server):
                     servicer.Generate,
                     request_deserializer=trinity_dot_v1_dot_explorer__pb2.GenerateRequest.FromString,
                     response_serializer=trinity_dot_v1_dot_explorer__pb2.GenerateResponse.SerializeToString,
+            ),
+            'Steer': grpc.unary_unary_rpc_method_handler(
+                    servicer.Steer,
+                    request_deserializer=trinity_dot_v1_dot_common__pb2.SteerRequest.FromString,
+                    response_serializer=trinity_dot_v1_dot_common__pb2.SteerResponse.SerializeToString,
             ),
             'GetStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.GetStatus,
@@ -191,6 +208,33 @@ class ExplorerService:
             '/trinity.v1.ExplorerService/Generate',
             trinity_dot_v1_dot_explorer__pb2.GenerateRequest.SerializeToString,
             trinity_dot_v1_dot_explorer__pb2.GenerateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Steer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trinity.v1.ExplorerService/Steer',
+            trinity_dot_v1_dot_common__pb2.SteerRequest.SerializeToString,
+            trinity_dot_v1_dot_common__pb2.SteerResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -171,6 +171,22 @@ class ReportEventResponse(_message.Message):
     run_active: bool
     def __init__(self, seq: _Optional[str] = ..., run_active: _Optional[bool] = ...) -> None: ...
 
+class SteerRunRequest(_message.Message):
+    __slots__ = ("run_id", "steering")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STEERING_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    steering: _common_pb2.Steering
+    def __init__(self, run_id: _Optional[str] = ..., steering: _Optional[_Union[_common_pb2.Steering, _Mapping]] = ...) -> None: ...
+
+class SteerRunResponse(_message.Message):
+    __slots__ = ("applied", "changes")
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    applied: _containers.RepeatedScalarFieldContainer[str]
+    changes: _containers.RepeatedCompositeFieldContainer[_common_pb2.SteerChange]
+    def __init__(self, applied: _Optional[_Iterable[str]] = ..., changes: _Optional[_Iterable[_Union[_common_pb2.SteerChange, _Mapping]]] = ...) -> None: ...
+
 class Instance(_message.Message):
     __slots__ = ("instance_id", "service", "address", "has_gpu", "alive", "last_heartbeat_unix_ms", "run_id", "started_unix_ms")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]

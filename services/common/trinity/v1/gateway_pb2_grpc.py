@@ -65,6 +65,11 @@ class GatewayServiceStub:
                 request_serializer=trinity_dot_v1_dot_gateway__pb2.ReportEventRequest.SerializeToString,
                 response_deserializer=trinity_dot_v1_dot_gateway__pb2.ReportEventResponse.FromString,
                 _registered_method=True)
+        self.SteerRun = channel.unary_unary(
+                '/trinity.v1.GatewayService/SteerRun',
+                request_serializer=trinity_dot_v1_dot_gateway__pb2.SteerRunRequest.SerializeToString,
+                response_deserializer=trinity_dot_v1_dot_gateway__pb2.SteerRunResponse.FromString,
+                _registered_method=True)
         self.Register = channel.unary_unary(
                 '/trinity.v1.GatewayService/Register',
                 request_serializer=trinity_dot_v1_dot_gateway__pb2.RegisterRequest.SerializeToString,
@@ -149,6 +154,13 @@ class GatewayServiceServicer:
 
     def ReportEvent(self, request, context):
         """Services report progress (steps, metrics, weight versions, evaluations, errors) here.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SteerRun(self, request, context):
+        """Changes a live run's steerable knobs on the services that own them; each change becomes a `steer` event.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -246,6 +258,11 @@ def add_GatewayServiceServicer_to_server(servicer, server):
                     servicer.ReportEvent,
                     request_deserializer=trinity_dot_v1_dot_gateway__pb2.ReportEventRequest.FromString,
                     response_serializer=trinity_dot_v1_dot_gateway__pb2.ReportEventResponse.SerializeToString,
+            ),
+            'SteerRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.SteerRun,
+                    request_deserializer=trinity_dot_v1_dot_gateway__pb2.SteerRunRequest.FromString,
+                    response_serializer=trinity_dot_v1_dot_gateway__pb2.SteerRunResponse.SerializeToString,
             ),
             'Register': grpc.unary_unary_rpc_method_handler(
                     servicer.Register,
@@ -455,6 +472,33 @@ class GatewayService:
             '/trinity.v1.GatewayService/ReportEvent',
             trinity_dot_v1_dot_gateway__pb2.ReportEventRequest.SerializeToString,
             trinity_dot_v1_dot_gateway__pb2.ReportEventResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SteerRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trinity.v1.GatewayService/SteerRun',
+            trinity_dot_v1_dot_gateway__pb2.SteerRunRequest.SerializeToString,
+            trinity_dot_v1_dot_gateway__pb2.SteerRunResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -26,7 +26,7 @@ from trinity.v1 import common_pb2 as trinity_dot_v1_dot_common__pb2
 from trinity.v1 import explorer_pb2 as trinity_dot_v1_dot_explorer__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18trinity/v1/trainer.proto\x12\ntrinity.v1\x1a\x17trinity/v1/common.proto\x1a\x19trinity/v1/explorer.proto\"\'\n\x15SaveCheckpointRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"4\n\x16SaveCheckpointResponse\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x32\xb5\x02\n\x0eTrainerService\x12\x42\n\x08StartRun\x12\x1b.trinity.v1.StartRunRequest\x1a\x19.trinity.v1.ServiceStatus\x12@\n\x07StopRun\x12\x1a.trinity.v1.StopRunRequest\x1a\x19.trinity.v1.ServiceStatus\x12W\n\x0eSaveCheckpoint\x12!.trinity.v1.SaveCheckpointRequest\x1a\".trinity.v1.SaveCheckpointResponse\x12\x44\n\tGetStatus\x12\x1c.trinity.v1.GetStatusRequest\x1a\x19.trinity.v1.ServiceStatusb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18trinity/v1/trainer.proto\x12\ntrinity.v1\x1a\x17trinity/v1/common.proto\x1a\x19trinity/v1/explorer.proto\"\'\n\x15SaveCheckpointRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"4\n\x16SaveCheckpointResponse\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x32\xf3\x02\n\x0eTrainerService\x12\x42\n\x08StartRun\x12\x1b.trinity.v1.StartRunRequest\x1a\x19.trinity.v1.ServiceStatus\x12@\n\x07StopRun\x12\x1a.trinity.v1.StopRunRequest\x1a\x19.trinity.v1.ServiceStatus\x12W\n\x0eSaveCheckpoint\x12!.trinity.v1.SaveCheckpointRequest\x1a\".trinity.v1.SaveCheckpointResponse\x12<\n\x05Steer\x12\x18.trinity.v1.SteerRequest\x1a\x19.trinity.v1.SteerResponse\x12\x44\n\tGetStatus\x12\x1c.trinity.v1.GetStatusRequest\x1a\x19.trinity.v1.ServiceStatusb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,5 +38,5 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SAVECHECKPOINTRESPONSE']._serialized_start=133
   _globals['_SAVECHECKPOINTRESPONSE']._serialized_end=185
   _globals['_TRAINERSERVICE']._serialized_start=188
-  _globals['_TRAINERSERVICE']._serialized_end=497
+  _globals['_TRAINERSERVICE']._serialized_end=559
 # @@protoc_insertion_point(module_scope)

@@ -51,6 +51,11 @@ class TrainerServiceStub:
                 request_serializer=trinity_dot_v1_dot_trainer__pb2.SaveCheckpointRequest.SerializeToString,
                 response_deserializer=trinity_dot_v1_dot_trainer__pb2.SaveCheckpointResponse.FromString,
                 _registered_method=True)
+        self.Steer = channel.unary_unary(
+                '/trinity.v1.TrainerService/Steer',
+                request_serializer=trinity_dot_v1_dot_common__pb2.SteerRequest.SerializeToString,
+                response_deserializer=trinity_dot_v1_dot_common__pb2.SteerResponse.FromString,
+                _registered_method=True)
         self.GetStatus = channel.unary_unary(
                 '/trinity.v1.TrainerService/GetStatus',
                 request_serializer=trinity_dot_v1_dot_common__pb2.GetStatusRequest.SerializeToString,
@@ -81,6 +86,13 @@ class TrainerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Steer(self, request, context):
+        """Applies the knobs of `steering` this service owns to its current run (from its next step).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetStatus(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -104,6 +116,11 @@ def add_TrainerServiceServicer_to_server(servicer, server):
                     servicer.SaveCheckpoint,
                     request_deserializer=trinity_dot_v1_dot_trainer__pb2.SaveCheckpointRequest.FromString,
                     response_serializer=trinity_dot_v1_dot_trainer__pb2.SaveCheckpointResponse.SerializeToString,
+            ),
+            'Steer': grpc.unary_unary_rpc_method_handler(
+                    servicer.Steer,
+                    request_deserializer=trinity_dot_v1_dot_common__pb2.SteerRequest.FromString,
+                    response_serializer=trinity_dot_v1_dot_common__pb2.SteerResponse.SerializeToString,
             ),
             'GetStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.GetStatus,
@@ -192,6 +209,33 @@ class TrainerService:
             '/trinity.v1.TrainerService/SaveCheckpoint',
             trinity_dot_v1_dot_trainer__pb2.SaveCheckpointRequest.SerializeToString,
             trinity_dot_v1_dot_trainer__pb2.SaveCheckpointResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Steer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trinity.v1.TrainerService/Steer',
+            trinity_dot_v1_dot_common__pb2.SteerRequest.SerializeToString,
+            trinity_dot_v1_dot_common__pb2.SteerResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -21,6 +21,7 @@ from trinity.config import RunConfig, naming
 from trinity.explorer.engines.base import Engine, SamplingSettings
 from trinity.explorer.metrics import WEIGHT_VERSION
 from trinity.explorer.rewards.judge_client import JudgeSettings, build_judge
+from trinity.explorer.steering import Steering
 from trinity.explorer.weight_feed import WeightFeed
 from trinity.explorer.workflows import create_workflow
 from trinity.explorer.workflows.base import RolloutSettings, Workflow
@@ -68,6 +69,7 @@ class ExplorerContext(ReportingRunner):
         stop: threading.Event,
         abandon: threading.Event | None = None,
         on_engine_failure: EngineFailure | None = None,
+        steering: Steering | None = None,
     ) -> None:
         self.run_id = run_id
         self.stage = stage
@@ -80,6 +82,9 @@ class ExplorerContext(ReportingRunner):
         self._stop = stop
         self._abandon = abandon or threading.Event()
         self.on_engine_failure = on_engine_failure
+        # Pause and the rollout temperature, as the Steer RPC sets them (the runner owns it: a steer may come
+        # while the engine still loads).
+        self.steering = steering or Steering()
         self.feed: WeightFeed | None = None
         self.step = 0  # explore steps done (serve mode: feedback puts)
         self.openai_url = ""  # serve mode: the bound OpenAI endpoint while it runs
@@ -99,6 +104,10 @@ class ExplorerContext(ReportingRunner):
         """Stopped with no wrap-up to do (final weights, final evaluation): the run was cancelled or failed,
         or this process shuts down and a replacement carries on."""
         return self._abandon.is_set()
+
+    def hold_while_paused(self) -> bool:
+        """Wait while exploration is paused (Steer); False when the run stopped meanwhile."""
+        return self.steering.hold_while_paused(self._stop)
 
     def wait(self, seconds: float) -> bool:
         """Sleep up to `seconds`; True when the run was stopped meanwhile."""
@@ -130,8 +139,12 @@ class ExplorerContext(ReportingRunner):
         judge = self.config.explorer.judge
         return build_judge(judge, self.config.seed) if judge is not None else None
 
-    def rollout_settings(self, temperature: float, repeat_times: int) -> RolloutSettings:
+    def rollout_settings(self, temperature: float, repeat_times: int, *, evaluation: bool = False) -> RolloutSettings:
+        """Sampling for one explore step's rollouts (a steered temperature replaces `temperature`), or, with
+        `evaluation`, for an evaluation, which keeps its own temperature so that versions compare."""
         explorer = self.config.explorer
+        if not evaluation:
+            temperature = self.steering.temperature(temperature)
         sampling = SamplingSettings(
             temperature=temperature,
             top_p=explorer.top_p,

@@ -95,7 +95,7 @@ def evaluate(ctx: ExplorerContext, sections: Sequence[TaskSetConfig]) -> Evaluat
     """Run every task of each task set once with the eval sampling settings; completes their leases."""
     started = time.perf_counter()
     explorer = ctx.config.explorer
-    settings = ctx.rollout_settings(explorer.eval_temperature, explorer.eval_repeat_times)
+    settings = ctx.rollout_settings(explorer.eval_temperature, explorer.eval_repeat_times, evaluation=True)
     tasksets: dict[str, dict[str, float]] = {}
     everything: list[Group] = []
     for section in sections:

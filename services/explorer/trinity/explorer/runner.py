@@ -18,6 +18,7 @@ from trinity.explorer import bench, rollout, serve
 from trinity.explorer.context import EngineFailure, ExplorerContext, engine_guard
 from trinity.explorer.engines import create_engine
 from trinity.explorer.engines.base import Engine
+from trinity.explorer.steering import Steering
 from trinity.models import resolve_model_path
 from trinity.runtime.errors import one_line
 from trinity.runtime.logging import get_logger
@@ -67,6 +68,7 @@ class ExplorerRunner:
         self.gateway = GatewayClient(gateway_address, timeout=30)
         self.reporter = RunReporter(self.gateway, run_id, f"explorer/{instance_id}", stage)
         self.context: ExplorerContext | None = None  # once the engine is loaded
+        self.steering = Steering()  # before the context: a run may be steered while its engine loads
         self.state = "starting"
         self.finish_message = ""
         self._stop = threading.Event()
@@ -142,6 +144,7 @@ class ExplorerRunner:
             stop=self._stop,
             abandon=self._abandon,
             on_engine_failure=self.on_engine_failure,
+            steering=self.steering,
         )
         self.state = "running"
         return mode(self.context)

@@ -12,7 +12,15 @@ from trinity.config import RunConfig
 from trinity.explorer.engines.base import Engine, GenerationRequest, SamplingSettings
 from trinity.explorer.openai_api import is_request_error
 from trinity.explorer.runner import ExplorerRunner
-from trinity.runtime.errors import FailedPrecondition, InvalidArgument, at_most, bounded, grpc_errors, in_range
+from trinity.runtime.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    at_most,
+    bounded,
+    grpc_errors,
+    in_range,
+    require,
+)
 from trinity.runtime.limits import (
     MAX_GENERATE_SAMPLES,
     MAX_ITEMS,
@@ -21,17 +29,18 @@ from trinity.runtime.limits import (
     MIN_TEMPERATURE,
 )
 from trinity.runtime.logging import get_logger
-from trinity.runtime.run_host import RunHost
+from trinity.runtime.run_host import ACTIVE, RunHost
 from trinity.runtime.server import GrpcServer, full_service_name, start_grpc_service
 from trinity.runtime.settings import ServiceSettings
-from trinity.v1 import explorer_pb2, explorer_pb2_grpc
+from trinity.runtime.steering import EXPLORER_KNOBS, check_steering
+from trinity.v1 import common_pb2, explorer_pb2, explorer_pb2_grpc
 
 SERVICE_NAME = full_service_name(explorer_pb2, "ExplorerService")
 log = get_logger(__name__)
 
 
 def _explorer_metrics(runner: ExplorerRunner) -> dict[str, float]:
-    metrics = {"explore_step": float(runner.step)}
+    metrics = {"explore_step": float(runner.step), "exploration_paused": float(runner.steering.holding)}
     if runner.openai_url:  # serve mode: the OpenAI endpoint's port (its URL is in the run's "log" event)
         metrics["openai_port"] = float(urlsplit(runner.openai_url).port or 0)
     return metrics
@@ -157,6 +166,27 @@ class ExplorerServicer(explorer_pb2_grpc.ExplorerServiceServicer):
                 )
                 for s in result.samples
             ],
+        )
+
+    @grpc_errors
+    def Steer(self, request: common_pb2.SteerRequest, context: grpc.ServicerContext) -> Any:
+        steering = request.steering
+        knobs = check_steering(steering)
+        if foreign := [k for k in knobs if k not in EXPLORER_KNOBS]:
+            raise InvalidArgument(f"steering.{foreign[0]}", "the trainer applies this knob, not an explorer")
+        runner = self.runner
+        if runner is None or runner.run_id != require(request.run_id, "run_id") or runner.state not in ACTIVE:
+            raise FailedPrecondition(f"this explorer is not exploring run {request.run_id!r}")
+        if steering.HasField("temperature") and runner.config.mode == "serve":
+            raise FailedPrecondition(
+                "steering.temperature: in serve mode the clients choose their sampling per request"
+            )
+        source = f"explorer/{self.settings.instance_id}"
+        changes = runner.steering.apply(steering, runner.config.explorer.temperature)
+        for knob, old, new in changes:
+            log.info("explorer.steered", run_id=runner.run_id, knob=knob, old=old, new=new)
+        return common_pb2.SteerResponse(
+            changes=[common_pb2.SteerChange(knob=k, old_value=o, new_value=n, source=source) for k, o, n in changes]
         )
 
     def GetStatus(self, request: Any, context: grpc.ServicerContext) -> Any:

@@ -107,6 +107,10 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         seq, active = self.orchestrator.report(event)
         return gateway_pb2.ReportEventResponse(seq=seq, run_active=active)
 
+    @grpc_errors
+    def SteerRun(self, request: gateway_pb2.SteerRunRequest, context: grpc.ServicerContext) -> Any:
+        return self.orchestrator.steer(require(request.run_id, "run_id"), request.steering)
+
     # ---- registry ------------------------------------------------------------------------------------
 
     @grpc_errors

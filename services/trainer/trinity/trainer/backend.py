@@ -18,6 +18,10 @@ from trinity.registry import Registry
 from trinity.v1 import common_pb2
 
 
+class SteeringUnsupported(NotImplementedError):
+    """The backend cannot change this setting of a live run (the trainer answers FAILED_PRECONDITION)."""
+
+
 @runtime_checkable
 class TrainerBackend(Protocol):
     @property
@@ -35,6 +39,16 @@ class TrainerBackend(Protocol):
         ...
 
     def save_checkpoint(self, path: str | Path | None = None) -> Path: ...
+
+    @property
+    def learning_rate(self) -> float:
+        """The base learning rate (the schedule's peak) of the policy; SteeringUnsupported where it cannot be set."""
+        ...
+
+    def set_learning_rate(self, lr: float) -> None:
+        """Make `lr` the base learning rate from the next optimizer update on (between train steps only); the
+        schedule's factor still applies. SteeringUnsupported where the backend cannot."""
+        ...
 
     def load_checkpoint(self, path: str | Path) -> None: ...
 

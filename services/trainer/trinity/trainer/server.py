@@ -7,12 +7,14 @@ from typing import Any
 import grpc
 
 from trinity.config import RunConfig
-from trinity.runtime.errors import FailedPrecondition, grpc_errors
-from trinity.runtime.run_host import RunHost
+from trinity.runtime.errors import FailedPrecondition, InvalidArgument, grpc_errors, require
+from trinity.runtime.run_host import ACTIVE, RunHost
 from trinity.runtime.server import GrpcServer, full_service_name, start_grpc_service
 from trinity.runtime.settings import ServiceSettings
+from trinity.runtime.steering import TRAINER_KNOBS, check_steering
+from trinity.trainer.backend import SteeringUnsupported
 from trinity.trainer.runner import TrainerRunner
-from trinity.v1 import explorer_pb2, trainer_pb2, trainer_pb2_grpc
+from trinity.v1 import common_pb2, explorer_pb2, trainer_pb2, trainer_pb2_grpc
 
 SERVICE_NAME = full_service_name(trainer_pb2, "TrainerService")
 
@@ -55,6 +57,30 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
             raise FailedPrecondition("no run is training")
         path = runner.backend.save_checkpoint()
         return trainer_pb2.SaveCheckpointResponse(path=str(path), step=runner.step)
+
+    @grpc_errors
+    def Steer(self, request: common_pb2.SteerRequest, context: grpc.ServicerContext) -> Any:
+        steering = request.steering
+        knobs = check_steering(steering)
+        if foreign := [k for k in knobs if k not in TRAINER_KNOBS]:
+            raise InvalidArgument(f"steering.{foreign[0]}", "explorers apply this knob, not the trainer")
+        runner = self.runner
+        backend = runner.backend if runner is not None else None
+        if runner is None or runner.run_id != require(request.run_id, "run_id") or runner.state not in ACTIVE:
+            raise FailedPrecondition(f"this trainer is not training run {request.run_id!r}")
+        if backend is None or runner.state != "running":
+            raise FailedPrecondition(f"the trainer is still loading run {request.run_id!r}; steer it once it trains")
+        try:
+            old = runner.steer_learning_rate(backend, steering.learning_rate)
+        except SteeringUnsupported as err:
+            raise FailedPrecondition(str(err)) from None
+        change = common_pb2.SteerChange(
+            knob="learning_rate",
+            old_value=old,
+            new_value=steering.learning_rate,
+            source=f"trainer/{self.settings.instance_id}",
+        )
+        return common_pb2.SteerResponse(changes=[change] if old != steering.learning_rate else [])
 
     def GetStatus(self, request: Any, context: grpc.ServicerContext) -> Any:
         return self.host.status()

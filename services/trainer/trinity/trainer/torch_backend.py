@@ -192,6 +192,21 @@ class TorchBackend(PolicyForward):
     def continue_versions_after(self, version: int) -> None:
         self.state.continue_versions_after(version)
 
+    @property
+    def learning_rate(self) -> float:
+        return float(self.scheduler.base_lrs[0])
+
+    def set_learning_rate(self, lr: float) -> None:
+        # Every group (the critic's too) scales by the same ratio, keeping trainer.optimizer.critic_lr's proportion;
+        # the scheduler's bases change with the groups' rates, so the schedule continues from the new base and a
+        # checkpoint (the scheduler's state) keeps it.
+        ratio = lr / self.learning_rate
+        self.scheduler.base_lrs = [base * ratio for base in self.scheduler.base_lrs]
+        factors = (fn(self.scheduler.last_epoch) for fn in self.scheduler.lr_lambdas)
+        for group, base, factor in zip(self.optimizer.param_groups, self.scheduler.base_lrs, factors, strict=True):
+            group["initial_lr"] = base
+            group["lr"] = base * factor
+
     # ----------------------------------------------------------------------------- forward passes
     def logprobs(self, batch: TokenBatch, *, with_entropy: bool | str = False) -> tuple[torch.Tensor, torch.Tensor]:
         return self._token_logprobs(self._policy_pass, batch, with_entropy)
@@ -299,7 +314,7 @@ class TorchBackend(PolicyForward):
         sums: dict[str, float] = {}
         weights: dict[str, float] = {}
         norms: list[float] = []
-        lr = float(self.scheduler.get_last_lr()[0])
+        lr = float(self.optimizer.param_groups[0]["lr"])  # the scheduled rate, a steered base included
         self.policy.train()
         for _ in range(self.trainer.ppo_epochs):
             for mini in self._mini_batches(len(samples)):

@@ -416,6 +416,17 @@ class ExperienceStream:
                 return
             start = "(" + _text(rows[-1][0])
 
+    def newest(self, batch: int = 256) -> Iterator[tuple[str, bytes]]:
+        """Every entry still in the stream, newest first (XREVRANGE): a look that delivers nothing."""
+        end = "+"
+        while True:
+            rows = cast(_Rows, self.client.xrevrange(self.keys.stream, end, "-", count=batch))
+            for entry_id, fields in rows:
+                yield _text(entry_id), resp.field_map(fields)[b"d"]
+            if len(rows) < batch:
+                return
+            end = "(" + _text(rows[-1][0])
+
     def _count_drops(self, dropped: Counter[str]) -> None:
         if dropped:
             pipe = self.client.pipeline()

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from trinity.config import MegatronTrainerConfig, RunConfig
-from trinity.trainer.backend import backend_section, register_backend
+from trinity.trainer.backend import SteeringUnsupported, backend_section, register_backend
 from trinity.trainer.megatron.engine import check_resumable
 from trinity.trainer.megatron.hf_mapping import check_parallelism, shape_from_hf_config
 from trinity.trainer.megatron.launcher import WorkerGroup
@@ -85,6 +85,20 @@ class MegatronBackend:
 
     def continue_versions_after(self, version: int) -> None:
         self._version = int(self._workers.call("continue_versions_after", version))
+
+    # Megatron's optimizer param groups and scheduler live in the TP x PP x DP workers, with their own
+    # learning-rate bookkeeping; steering them is not wired (docs/console.md, "Steering").
+    _NO_LR_STEERING = (
+        "trainer.backend megatron: the learning rate of a live run cannot be changed (its optimizer runs in the "
+        "Megatron workers); restart from a checkpoint with trainer.optimizer.lr set, or use trainer.backend torch"
+    )
+
+    @property
+    def learning_rate(self) -> float:
+        raise SteeringUnsupported(self._NO_LR_STEERING)
+
+    def set_learning_rate(self, lr: float) -> None:
+        raise SteeringUnsupported(self._NO_LR_STEERING)
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Full HF-named tensors, TP shards gathered and PP stages joined, streamed one at a time."""

@@ -15,13 +15,14 @@ from trinity.trainer.backend import TrainerBackend
 from trinity.v1 import common_pb2
 
 END = "end"  # the run is over: leave the command loop
-STATE = "state"  # each rank's step, version and weights digest (replicas must agree)
+STATE = "state"  # each rank's step, version, weights digest and learning rate (replicas must agree)
 
 
 class RankState(TypedDict):
     step: int
     model_version: int
     weights_digest: int
+    learning_rate: float  # each rank's own optimizer's: a steered rate must reach every rank
 
 
 def encode_experiences(experiences: Sequence[common_pb2.Experience]) -> list[bytes]:
@@ -31,7 +32,12 @@ def encode_experiences(experiences: Sequence[common_pb2.Experience]) -> list[byt
 def rank_state(backend: TrainerBackend) -> RankState:
     # named_weights is a collective: every rank iterates it to the end, in the same order.
     digest = weights_digest(backend.named_weights())
-    return RankState(step=backend.step, model_version=backend.model_version, weights_digest=digest)
+    return RankState(
+        step=backend.step,
+        model_version=backend.model_version,
+        weights_digest=digest,
+        learning_rate=backend.learning_rate,
+    )
 
 
 def run_command(backend: TrainerBackend, method: str, args: tuple[Any, ...]) -> Any:
@@ -46,6 +52,6 @@ def run_command(backend: TrainerBackend, method: str, args: tuple[Any, ...]) -> 
         return rank_state(backend)
     if method in ("save_checkpoint", "save_hf"):
         return str(getattr(backend, method)(*args))
-    if method in ("load_checkpoint", "continue_versions_after"):
+    if method in ("load_checkpoint", "continue_versions_after", "set_learning_rate"):
         return getattr(backend, method)(*args)
     raise ValueError(f"unknown trainer rank command {method!r}")

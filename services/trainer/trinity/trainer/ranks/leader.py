@@ -131,6 +131,14 @@ class ReplicatedBackend:
         with self._command("continue_versions_after", version):
             self._backend.continue_versions_after(version)
 
+    @property
+    def learning_rate(self) -> float:
+        return self._backend.learning_rate  # the same on every rank
+
+    def set_learning_rate(self, lr: float) -> None:
+        with self._command("set_learning_rate", lr):
+            self._backend.set_learning_rate(lr)
+
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """The full weights, streamed; every rank iterates them to the end even if the consumer stops early
         (closing the stream, or the next call, drains it)."""

@@ -1,0 +1,36 @@
+"""The bounds of a steering request (trinity.v1.Steering), checked alike by the gateway and the services."""
+
+from __future__ import annotations
+
+import math
+
+from trinity.runtime.errors import InvalidArgument
+from trinity.runtime.limits import MIN_TEMPERATURE
+from trinity.v1 import common_pb2
+
+KNOBS = ("pause_exploration", "temperature", "learning_rate")  # Steering's fields, in order
+EXPLORER_KNOBS = ("pause_exploration", "temperature")
+TRAINER_KNOBS = ("learning_rate",)
+MAX_TEMPERATURE = 2.0
+
+
+def knobs_set(steering: common_pb2.Steering) -> list[str]:
+    return [knob for knob in KNOBS if steering.HasField(knob)]
+
+
+def check_steering(steering: common_pb2.Steering) -> list[str]:
+    """The knobs `steering` sets, each within its bounds; INVALID_ARGUMENT naming the field otherwise."""
+    knobs = knobs_set(steering)
+    if not knobs:
+        raise InvalidArgument("steering", f"set at least one of {', '.join(KNOBS)}")
+    if steering.HasField("temperature"):
+        t = steering.temperature
+        if not (math.isfinite(t) and 0 <= t <= MAX_TEMPERATURE):
+            raise InvalidArgument("steering.temperature", f"must be between 0 and {MAX_TEMPERATURE:g}, got {t}")
+        if 0 < t < MIN_TEMPERATURE:
+            raise InvalidArgument("steering.temperature", f"must be 0 (greedy) or at least {MIN_TEMPERATURE:g}")
+    if steering.HasField("learning_rate"):
+        lr = steering.learning_rate
+        if not (math.isfinite(lr) and lr > 0):
+            raise InvalidArgument("steering.learning_rate", f"must be a finite number > 0, got {lr}")
+    return knobs

@@ -1,0 +1,107 @@
+// Run view: live curves and the event log from the run's event stream (SSE, no reload), the services serving it
+// with their health, experience accounting, steering, and evaluations compared.
+import { api } from "./api.js";
+import { ChartGrid } from "./charts.js";
+import { debounce, fill, h } from "./dom.js";
+import { EvalCompare } from "./evals.js";
+import { AccountingPanel, EventLog, pairs, ServicesPanel } from "./panels.js";
+import { SteerPanel } from "./steer.js";
+import { chartUpdated, viewReady } from "./timings.js";
+
+const REFRESH_MS = 2000;
+const EVALS_DELAY_MS = 500;
+const TERMINAL = new Set(["SUCCEEDED", "FAILED", "CANCELLED"]);
+const STEPS = { train: "train_step", explore: "explore_step" };
+
+export async function mountRun(main, runId) {
+  const path = `api/runs/${encodeURIComponent(runId)}`;
+  const run = await api(path);
+  const title = h("h1", {}, run.name || runId);
+  const summary = h("dl", { class: "summary", id: "run-summary" });
+  const charts = new ChartGrid(chartUpdated);
+  const steer = new SteerPanel(runId);
+  const services = new ServicesPanel();
+  const accounting = new AccountingPanel();
+  const log = new EventLog();
+  const evals = new EvalCompare(runId);
+  const refreshEvals = debounce(() => evals.refresh().catch(() => {}), EVALS_DELAY_MS); // once per burst
+
+  fill(
+    main,
+    title,
+    summary,
+    h("p", {}, h("a", { href: `#/runs/${encodeURIComponent(runId)}/experiences` }, "Inspect experiences")),
+    h(
+      "section",
+      { "aria-labelledby": "curves-title", class: "panel" },
+      h("h2", { id: "curves-title" }, "Curves"),
+      charts.element,
+    ),
+    h("div", { class: "two-up" }, steer.element, h("div", {}, services.element, accounting.element)),
+    log.element,
+    evals.element,
+  );
+  charts.attach();
+
+  // The newer of what the poll says and what events said since (events come first; steps only grow).
+  const current = { ...run };
+  const showSummary = () => {
+    title.textContent = current.name || runId;
+    fill(
+      summary,
+      pairs({
+        Run: current.id,
+        Mode: current.mode,
+        State: h("span", { class: `state state-${current.state}`, id: "run-state" }, current.state),
+        "Train step": current.train_step,
+        "Explore step": current.explore_step,
+        "Weight version": current.model_version,
+        ...(current.error ? { Error: h("span", { class: "error" }, current.error) } : {}),
+      }),
+    );
+  };
+  const summaryLater = debounce(showSummary, 0); // once per burst of events
+  const show = (detail) => {
+    for (const key of Object.values(STEPS).concat("model_version")) detail[key] = Math.max(detail[key], current[key]);
+    Object.assign(current, detail);
+    showSummary();
+    services.show(detail.services || []);
+    accounting.show(detail.accounting || {});
+    steer.setLive(!TERMINAL.has(detail.state));
+  };
+  show(run);
+
+  const onEvent = (message) => {
+    const receivedAt = performance.now();
+    const event = JSON.parse(message.data);
+    log.add(event);
+    steer.noteEvent(event);
+    if (STEPS[event.kind]) current[STEPS[event.kind]] = Math.max(current[STEPS[event.kind]], event.step);
+    current.model_version = Math.max(current.model_version, event.model_version);
+    if (event.kind === "state") current.state = event.state;
+    summaryLater();
+    if (event.kind === "eval") refreshEvals();
+    charts.add(event, receivedAt);
+    if (event.kind === "state" && TERMINAL.has(event.state)) stream.close(); // the stream ends with the run
+  };
+  const stream = new EventSource(`${path}/events`);
+  stream.addEventListener("message", onEvent);
+
+  let timer = null;
+  const refresh = async () => {
+    const detail = await api(path);
+    show(detail);
+    if (TERMINAL.has(detail.state)) {
+      clearInterval(timer);
+      stream.close();
+    }
+  };
+  await evals.refresh();
+  timer = setInterval(() => refresh().catch(() => {}), REFRESH_MS);
+  viewReady("run");
+  return () => {
+    clearInterval(timer);
+    stream.close();
+    charts.close();
+  };
+}

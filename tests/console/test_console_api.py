@@ -1,0 +1,204 @@
+"""The console's HTTP API (docs/console.md) over a real gateway and buffer: no run needs services to start here."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from fastapi.testclient import TestClient
+
+from tests.console.conftest import EXAMPLES
+from trinity.clients import BufferClient
+from trinity.config import StreamConfig, naming
+from trinity.config.errors import ConfigError
+from trinity.config.run import parse_run_config
+from trinity.console.app import create_app
+from trinity.console.settings import ConsoleSettings
+from trinity.v1 import common_pb2
+
+QUICKSTART = (EXAMPLES / "quickstart" / "config.yaml").read_text()
+
+
+def _quickstart(**changes: Any) -> str:
+    """The quickstart config with its data paths made absolute (a config sent as text has no file to be beside)."""
+    config = yaml.safe_load(QUICKSTART)
+    for section in (config["buffer"]["taskset"], *config["buffer"]["eval_tasksets"]):
+        section["path"] = str(EXAMPLES / "quickstart" / section["path"])
+    config.update(changes)
+    return yaml.safe_dump(config)
+
+
+@pytest.fixture
+def pending_run(console: TestClient, unique: str) -> Iterator[str]:
+    """A run the gateway accepted; with no explorer or trainer registered it stays PENDING."""
+    reply = console.post("/api/runs", json={"yaml": _quickstart(name=unique)})
+    assert reply.status_code == 200, reply.text
+    run_id = reply.json()["run_id"]
+    yield run_id
+    console.post(f"/api/runs/{run_id}/cancel")
+
+
+def _sse_events(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line.removeprefix("data: ")) for line in text.splitlines() if line.startswith("data: ")]
+
+
+def test_schema_lists_the_registries_the_config_validates_against(console):
+    body = console.get("/api/schema").json()
+    assert "grpo" in body["registries"]["algorithm"] and "math" in body["registries"]["workflow"]
+    assert "accuracy" in body["registries"]["reward"] and "reward_filter" in body["registries"]["operator"]
+    assert {"policy_loss", "advantage"} <= set(body["registries"])
+    assert "buffer" in body["schema"]["properties"]
+
+
+def test_schema_examples_validate_as_sent(console):
+    examples = {e["name"]: e["yaml"] for e in console.get("/api/schema").json()["examples"]}
+    assert "quickstart" in examples
+    reply = console.post("/api/validate", json={"yaml": examples["quickstart"]}).json()
+    assert reply["ok"], reply["errors"]
+    assert reply["config"]["buffer"]["taskset"]["path"] == str(EXAMPLES / "quickstart" / "train.jsonl")
+
+
+def test_validate_returns_the_clis_message_for_a_bad_field(console):
+    text = QUICKSTART.replace("batch_size: 8", "batch_size: 0")
+    with pytest.raises(ConfigError) as cli:  # what `trinity run` prints after "trinity: invalid input"
+        parse_run_config(text)
+    reply = console.post("/api/validate", json={"yaml": text}).json()
+    assert reply["ok"] is False and reply["config"] is None
+    assert [f"{e['field']}: {e['message']}" for e in reply["errors"]] == str(cli.value).splitlines()
+    assert reply["errors"][0]["field"] == "buffer.batch_size"
+
+
+def test_validate_normalizes_a_good_config(console):
+    reply = console.post("/api/validate", json={"yaml": QUICKSTART}).json()
+    assert reply["ok"] and reply["errors"] == []
+    assert reply["config"]["algorithm"]["algorithm_type"] == "grpo"
+    assert reply["config"]["explorer"]["top_p"] == 1.0  # a default the file does not set
+
+
+def test_launch_refuses_a_bad_config_naming_the_field(console):
+    reply = console.post("/api/runs", json={"yaml": QUICKSTART.replace("grpo", "grpoo")})
+    assert reply.status_code == 400
+    assert reply.json()["errors"][0]["field"] == "algorithm.algorithm_type"
+
+
+def test_a_launched_run_is_listed_and_shown_with_its_config(console, pending_run):
+    listed = {r["id"]: r for r in console.get("/api/runs").json()["runs"]}
+    assert listed[pending_run]["state"] == "PENDING" and listed[pending_run]["mode"] == "both"
+    run = console.get(f"/api/runs/{pending_run}").json()
+    assert yaml.safe_load(run["config_yaml"])["buffer"]["batch_size"] == 8
+    assert run["accounting"] == {"put": 0, "delivered": 0, "acked": 0, "pending": 0, "dropped": {}}
+    assert [s["role"] for s in run["services"]] == ["buffer"]
+
+
+def test_cancel_ends_the_run(console, pending_run):
+    reply = console.post(f"/api/runs/{pending_run}/cancel")
+    assert reply.status_code == 200 and reply.json()["state"] == "CANCELLED"
+    assert console.get(f"/api/runs/{pending_run}").json()["state"] == "CANCELLED"
+
+
+def test_an_unknown_run_is_404(console):
+    assert console.get("/api/runs/no-such-run").status_code == 404
+    assert console.get("/api/runs/no-such-run/events").status_code == 404
+
+
+def test_events_replay_the_run_log_and_end_with_the_run(console, pending_run):
+    console.post(f"/api/runs/{pending_run}/cancel")
+    reply = console.get(f"/api/runs/{pending_run}/events")
+    assert reply.headers["content-type"].startswith("text/event-stream")
+    events = _sse_events(reply.text)
+    assert [(e["kind"], e["state"]) for e in events] == [("state", "PENDING"), ("state", "CANCELLED")]
+    resumed = _sse_events(console.get(f"/api/runs/{pending_run}/events", params={"after": events[0]["seq"]}).text)
+    assert [e["seq"] for e in resumed] == [events[1]["seq"]]
+
+
+def test_experiences_are_sampled_newest_first_and_filtered(console, pending_run, stack):
+    stream = naming.experience_stream(pending_run, 0)
+    address = next(s["address"] for s in console.get(f"/api/runs/{pending_run}").json()["services"])
+    with BufferClient(address) as buffer:
+        buffer.create_stream(StreamConfig(name=stream))
+        buffer.put(
+            stream,
+            [
+                common_pb2.Experience(
+                    id=f"{pending_run}-{i}",
+                    run_id=pending_run,
+                    group_id=f"g{i // 2}",
+                    prompt_text=f"What is {i}+1?",
+                    response_text=str(i + 1),
+                    reward=float(i % 2),
+                    reward_components={"accuracy": float(i % 2)},
+                    model_version=i // 2,
+                    response_token_ids=[1, 2],
+                    logprobs=[0.0, 0.0],
+                )
+                for i in range(6)
+            ],
+        )
+        url = f"/api/runs/{pending_run}/experiences"
+        every = console.get(url).json()["experiences"]
+        assert [e["id"] for e in every] == [f"{pending_run}-{i}" for i in reversed(range(6))]
+        assert every[0]["prompt"] == "What is 5+1?" and every[0]["components"] == {"accuracy": 1.0}
+        assert every[0]["advantage"] is None
+        rewarded = console.get(url, params={"min_reward": 0.5, "version": 1}).json()["experiences"]
+        assert [e["id"] for e in rewarded] == [f"{pending_run}-3"]
+        assert len(console.get(url, params={"limit": 2}).json()["experiences"]) == 2
+        assert buffer.stream(stream).stats.delivered == 0  # looked at, never consumed
+
+
+def test_experiences_limit_out_of_bounds_is_400_naming_it(console, pending_run):
+    reply = console.get(f"/api/runs/{pending_run}/experiences", params={"limit": 0})
+    assert reply.status_code == 400 and reply.json()["errors"][0]["field"] == "limit"
+
+
+def test_steer_out_of_bounds_is_400_naming_the_knob(console, pending_run):
+    reply = console.post(f"/api/runs/{pending_run}/steer", json={"temperature": 2.5})
+    assert reply.status_code == 400
+    assert reply.json()["errors"][0]["field"] == "temperature"
+    reply = console.post(f"/api/runs/{pending_run}/steer", json={"learning_rate": 0})
+    assert reply.status_code == 400 and reply.json()["errors"][0]["field"] == "learning_rate"
+
+
+def test_steer_with_no_knob_is_400(console, pending_run):
+    reply = console.post(f"/api/runs/{pending_run}/steer", json={})
+    assert reply.status_code == 400 and reply.json()["errors"][0]["field"] == "steering"
+
+
+def test_steer_an_unknown_knob_is_400(console, pending_run):
+    reply = console.post(f"/api/runs/{pending_run}/steer", json={"batch_size": 4})
+    assert reply.status_code == 400 and reply.json()["errors"] == [{"field": "batch_size", "message": "unknown field"}]
+
+
+def test_steering_a_run_that_is_not_running_is_409(console, pending_run):
+    reply = console.post(f"/api/runs/{pending_run}/steer", json={"temperature": 0.5})
+    assert reply.status_code == 409 and "PENDING" in reply.json()["detail"]
+
+
+def test_steering_an_unknown_run_is_404(console):
+    assert console.post("/api/runs/no-such-run/steer", json={"temperature": 0.5}).status_code == 404
+
+
+def test_health_says_whether_the_gateway_answers(console, stack):
+    assert console.get("/health").json() == {"status": "ok", "gateway": True}
+    with TestClient(create_app(ConsoleSettings(gateway="127.0.0.1:1"))) as lonely:
+        assert lonely.get("/health").json() == {"status": "ok", "gateway": False}
+
+
+@pytest.fixture
+def guarded(stack) -> Iterator[TestClient]:
+    with TestClient(create_app(ConsoleSettings(gateway=stack.address, token="s3cret"))) as client:
+        yield client
+
+
+def test_with_a_token_the_api_refuses_requests_without_it(guarded):
+    assert guarded.get("/api/runs").status_code == 401
+    assert guarded.get("/api/runs", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert guarded.get("/health").status_code == 200  # the page and its health load, to show the login
+
+
+def test_login_sets_the_cookie_the_page_then_sends(guarded):
+    assert guarded.post("/api/login", json={"token": "wrong"}).status_code == 401
+    assert guarded.post("/api/login", json={"token": "s3cret"}).status_code == 200
+    assert guarded.post("/api/validate", json={"yaml": QUICKSTART}).status_code == 200  # the cookie rides along
