@@ -134,15 +134,15 @@ class VllmEngine(Engine):
         return self._llm.llm_engine.model_config.dtype
 
     def close(self) -> None:
-        loop = getattr(self, "_loop", None)
+        # vLLM tears its process-wide distributed state down when the `LLM` is freed. That must happen here, at
+        # once: an `LLM` freed later by the garbage collector tears down the state of the next run's engine.
+        import gc
+
+        loop = self.__dict__.pop("_loop", None)
         if loop is not None:
             loop.close()
-        llm = getattr(self, "_llm", None)
-        if llm is not None:
-            del self._llm
-            import gc
-
-            gc.collect()
+        self.__dict__.pop("_llm", None)
+        gc.collect()
 
 
 def _collect(deltas: Iterator[SampleDelta], n: int) -> list[Sample]:

@@ -127,8 +127,10 @@ class EngineLoop:
         return done.result()
 
     def close(self, timeout: float = 30.0) -> None:
+        """Stop the loop and let go of the engine, so the caller's last reference frees it (see VllmEngine.close)."""
         self._closed.set()
         self._thread.join(timeout)
+        self.llm = self.llm_engine = None
 
     # ---- the loop's thread ------------------------------------------------------------------------------
 
