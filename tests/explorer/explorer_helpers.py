@@ -25,3 +25,18 @@ def make_task(
     struct = struct_pb2.Struct()
     struct.update(payload)
     return common_pb2.Task(id=task_id, taskset="set", prompt=prompt, answer=answer, reward_fn=reward_fn, payload=struct)
+
+
+def scripted_runner(config: Any, run_id: str, buffer: Any, gateway: Any, engine: Any, instance_id: str) -> Any:
+    """An ExplorerRunner of `config` against real Buffer and Gateway processes, on an engine the test built."""
+    from trinity.explorer.runner import ExplorerRunner
+
+    return ExplorerRunner(
+        run_id=run_id,
+        stage=0,
+        config=config,
+        instance_id=instance_id,
+        buffer_address=buffer.address,
+        gateway_address=gateway.address,
+        engine_factory=lambda cfg, path: engine,
+    )

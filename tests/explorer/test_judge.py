@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from explorer_helpers import scripted_runner
 from prometheus_client import REGISTRY
 
 from tests.explorer.explorer_helpers import make_task
@@ -30,7 +31,6 @@ from trinity.explorer.openai_api import OpenAIServer, ServeBackend, create_app
 from trinity.explorer.rewards import evaluate_reward, get_reward
 from trinity.explorer.rewards.judge import parse_ranking, parse_rubric_score, reply_json
 from trinity.explorer.rewards.judge_client import EngineJudge, JudgeError, JudgeSettings, build_judge
-from trinity.explorer.runner import ExplorerRunner
 from trinity.explorer.workflows import create_workflow
 from trinity.explorer.workflows.base import RolloutSettings
 
@@ -240,18 +240,6 @@ def test_the_config_takes_a_judge_and_checks_its_fields(tmp_path: Path) -> None:
         JudgeConfig.model_validate({"base_url": "http://x/v1"})
 
 
-def runner_for(config: RunConfig, run_id: str, buffer: Any, gateway: Any, engine: Engine) -> ExplorerRunner:
-    return ExplorerRunner(
-        run_id=run_id,
-        stage=0,
-        config=config,
-        instance_id="explorer-judge-test",
-        buffer_address=buffer.address,
-        gateway_address=gateway.address,
-        engine_factory=lambda cfg, path: engine,
-    )
-
-
 def explore_config(model_dir: Path, data: Path, judge: dict[str, Any]) -> RunConfig:
     return RunConfig.model_validate(
         {
@@ -290,7 +278,7 @@ def test_explore_mode_puts_judge_scored_groups_and_survives_a_dead_judge(
     with BufferClient(buffer_service.address) as buffer:
         buffer.create_taskset(TaskSetConfig(name=name, **config.buffer.taskset.model_dump(exclude={"name"})))
         buffer.create_stream(StreamConfig(name=stream))
-        runner = runner_for(config, unique, buffer_service, gateway, policy(tokenizer))
+        runner = scripted_runner(config, unique, buffer_service, gateway, policy(tokenizer), "explorer-judge-test")
         runner.start()
         runner.join(timeout=60)
         assert runner.state == "finished" and runner.step == 2

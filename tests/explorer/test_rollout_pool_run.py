@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from explorer_helpers import make_task
+from explorer_helpers import make_task, scripted_runner
 
 from trinity.clients import BufferClient
 from trinity.config import RunConfig, StreamConfig, TaskSetConfig, naming
@@ -55,15 +55,7 @@ def explore(
     buffer.create_taskset(TaskSetConfig(name=naming.taskset(run_id, 0, "train"), **taskset))
     buffer.create_stream(StreamConfig(name=naming.experience_stream(run_id, 0)))
     engine = ScriptedEngine(tokenizer, reply)
-    runner = ExplorerRunner(
-        run_id=run_id,
-        stage=0,
-        config=config,
-        instance_id="explorer-pool-test",
-        buffer_address=buffer_service.address,
-        gateway_address=gateway.address,
-        engine_factory=lambda cfg, path: engine,
-    )
+    runner = scripted_runner(config, run_id, buffer_service, gateway, engine, "explorer-pool-test")
     runner.start()
     runner.join(timeout=60)
     return runner

@@ -11,12 +11,12 @@ from typing import Any
 import httpx
 import pytest
 import torch
+from explorer_helpers import scripted_runner
 
 from trinity.clients import BufferClient
 from trinity.config import RunConfig, StreamConfig, TaskSetConfig, naming
 from trinity.explorer.engines.base import Engine, GenerationRequest, Sample
 from trinity.explorer.engines.scripted import ScriptedEngine
-from trinity.explorer.runner import ExplorerRunner
 from trinity.v1 import explorer_pb2
 
 
@@ -36,18 +36,6 @@ class Borrowed(Engine):
 
     def _load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         self.inner._load_weights(named_tensors)
-
-
-def _runner(config: RunConfig, run_id: str, buffer: Any, gateway: Any, engine: Engine) -> ExplorerRunner:
-    return ExplorerRunner(
-        run_id=run_id,
-        stage=0,
-        config=config,
-        instance_id="explorer-test",
-        buffer_address=buffer.address,
-        gateway_address=gateway.address,
-        engine_factory=lambda cfg, path: engine,
-    )
 
 
 def test_explore_mode_puts_every_sample_and_completes_leases_with_pass_rates(
@@ -70,7 +58,7 @@ def test_explore_mode_puts_every_sample_and_completes_leases_with_pass_rates(
         buffer.create_taskset(TaskSetConfig(name=name, **taskset))
         buffer.create_stream(StreamConfig(name=stream))
         engine = ScriptedEngine(tokenizer, lambda prompt: "2" if "1+1" in prompt else "0")  # right on row 0 only
-        runner = _runner(config, unique, buffer_service, gateway, engine)
+        runner = scripted_runner(config, unique, buffer_service, gateway, engine, "explorer-test")
         runner.start()
         runner.join(timeout=60)
         assert runner.state == "finished" and runner.step == 1
@@ -107,7 +95,7 @@ def test_bench_mode_writes_the_report(
         )
     # Right only on 1+1: accuracy 1/3, pass@1 = pass@2 = 1/3; each reply is one byte-token + the EOS token.
     engine = ScriptedEngine(tokenizer, lambda prompt: "2" if "1+1" in prompt else "0")
-    runner = _runner(config, unique, buffer_service, gateway, engine)
+    runner = scripted_runner(config, unique, buffer_service, gateway, engine, "explorer-test")
     runner.start()
     runner.join(timeout=60)
     assert runner.state == "finished"
@@ -128,7 +116,7 @@ def test_serve_mode_records_calls_until_stopped(
     stream = naming.experience_stream(unique, 0, "experiences")
     with BufferClient(buffer_service.address) as buffer:
         buffer.create_stream(StreamConfig(name=stream))
-        runner = _runner(config, unique, buffer_service, gateway, Borrowed(vllm_engine))
+        runner = scripted_runner(config, unique, buffer_service, gateway, Borrowed(vllm_engine), "explorer-test")
         runner.start()
         deadline = time.monotonic() + 60
         while not runner.openai_url and runner.state != "failed" and time.monotonic() < deadline:

@@ -18,9 +18,13 @@ def knobs_set(steering: common_pb2.Steering) -> list[str]:
     return [knob for knob in KNOBS if steering.HasField(knob)]
 
 
-def check_steering(steering: common_pb2.Steering) -> list[str]:
-    """The knobs `steering` sets, each within its bounds; INVALID_ARGUMENT naming the field otherwise."""
+def check_steering(steering: common_pb2.Steering, owned: tuple[str, ...] = KNOBS) -> list[str]:
+    """The knobs `steering` sets, each within its bounds and among those the caller applies (`owned`);
+    INVALID_ARGUMENT naming the field otherwise."""
     knobs = knobs_set(steering)
+    if foreign := [k for k in knobs if k not in owned]:
+        owner = "the trainer applies" if foreign[0] in TRAINER_KNOBS else "the explorers apply"
+        raise InvalidArgument(f"steering.{foreign[0]}", f"{owner} this knob, not this service")
     if not knobs:
         raise InvalidArgument("steering", f"set at least one of {', '.join(KNOBS)}")
     if steering.HasField("temperature"):

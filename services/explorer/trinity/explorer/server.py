@@ -171,9 +171,7 @@ class ExplorerServicer(explorer_pb2_grpc.ExplorerServiceServicer):
     @grpc_errors
     def Steer(self, request: common_pb2.SteerRequest, context: grpc.ServicerContext) -> Any:
         steering = request.steering
-        knobs = check_steering(steering)
-        if foreign := [k for k in knobs if k not in EXPLORER_KNOBS]:
-            raise InvalidArgument(f"steering.{foreign[0]}", "the trainer applies this knob, not an explorer")
+        check_steering(steering, owned=EXPLORER_KNOBS)
         runner = self.runner
         if runner is None or runner.run_id != require(request.run_id, "run_id") or runner.state not in ACTIVE:
             raise FailedPrecondition(f"this explorer is not exploring run {request.run_id!r}")

@@ -7,7 +7,7 @@ from typing import Any
 import grpc
 
 from trinity.config import RunConfig
-from trinity.runtime.errors import FailedPrecondition, InvalidArgument, grpc_errors, require
+from trinity.runtime.errors import FailedPrecondition, grpc_errors, require
 from trinity.runtime.run_host import ACTIVE, RunHost
 from trinity.runtime.server import GrpcServer, full_service_name, start_grpc_service
 from trinity.runtime.settings import ServiceSettings
@@ -61,9 +61,7 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
     @grpc_errors
     def Steer(self, request: common_pb2.SteerRequest, context: grpc.ServicerContext) -> Any:
         steering = request.steering
-        knobs = check_steering(steering)
-        if foreign := [k for k in knobs if k not in TRAINER_KNOBS]:
-            raise InvalidArgument(f"steering.{foreign[0]}", "explorers apply this knob, not the trainer")
+        check_steering(steering, owned=TRAINER_KNOBS)
         runner = self.runner
         backend = runner.backend if runner is not None else None
         if runner is None or runner.run_id != require(request.run_id, "run_id") or runner.state not in ACTIVE:

@@ -407,25 +407,24 @@ class ExperienceStream:
 
     def entries(self, batch: int = 512) -> Iterator[tuple[str, bytes]]:
         """Every entry still in the stream, oldest first: (entry id, serialized Experience)."""
-        start = "-"
-        while True:
-            rows = cast(_Rows, self.client.xrange(self.keys.stream, start, "+", count=batch))
-            for entry_id, fields in rows:
-                yield _text(entry_id), resp.field_map(fields)[b"d"]
-            if len(rows) < batch:
-                return
-            start = "(" + _text(rows[-1][0])
+        return self._scan(newest_first=False, batch=batch)
 
     def newest(self, batch: int = 256) -> Iterator[tuple[str, bytes]]:
         """Every entry still in the stream, newest first (XREVRANGE): a look that delivers nothing."""
-        end = "+"
+        return self._scan(newest_first=True, batch=batch)
+
+    def _scan(self, *, newest_first: bool, batch: int) -> Iterator[tuple[str, bytes]]:
+        cursor = "+" if newest_first else "-"
         while True:
-            rows = cast(_Rows, self.client.xrevrange(self.keys.stream, end, "-", count=batch))
+            if newest_first:
+                rows = cast(_Rows, self.client.xrevrange(self.keys.stream, cursor, "-", count=batch))
+            else:
+                rows = cast(_Rows, self.client.xrange(self.keys.stream, cursor, "+", count=batch))
             for entry_id, fields in rows:
                 yield _text(entry_id), resp.field_map(fields)[b"d"]
             if len(rows) < batch:
                 return
-            end = "(" + _text(rows[-1][0])
+            cursor = "(" + _text(rows[-1][0])  # exclusive: continue past the last entry seen
 
     def _count_drops(self, dropped: Counter[str]) -> None:
         if dropped:
