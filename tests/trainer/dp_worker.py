@@ -49,6 +49,8 @@ def main() -> None:
     if rank == 0:
         torch.save({"metrics": metrics, "weights": weights, "step": backend.step}, args["out"])
     if world > 1:
+        # No rank leaves while another still talks to it: a gloo peer that exits mid-teardown aborts the other.
+        dist.barrier()
         dist.destroy_process_group()
 
 
