@@ -17,6 +17,12 @@ RSS of each: the memory a publish costs on top of the trainer (VmHWM after the p
 the high-water mark reset through /proc/self/clear_refs; the ranks run with MALLOC_MMAP_THRESHOLD_=1 MiB so
 that freed tensors leave RSS).
 
+Case `dtype`: the real SmolLM2-135M-Instruct weights (`model.path: smollm2`, fp32 as the trainer holds them)
+published to one receiver at the default 64 MiB buckets, as they are (an fp32 explorer) and cast to bf16 on the
+way (`trinity.sync.narrowed_to`, as `WeightPublisher` does for a bf16 explorer), alternating: bytes on the
+wire, publish seconds (the trainer's clock, the cast included), and the receiver's cast of what it got to the
+engine's bf16 (what `VllmEngine._load_weights` does; nothing to do when bf16 arrived).
+
 Writes benchmarks/results/weight_sync.json.
 """
 
@@ -153,6 +159,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     }
     best = max(ours.values(), key=lambda r: r["ratio_raw_over_ours"])
     sharded = sharded_case(quick)
+    in_engine_dtype = dtype_case(quick)
     result = {
         "quick": quick,
         "layers": layers,
@@ -167,6 +174,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         "best_bucket_mb": best["bucket_mb"],
         "note": "sender + 1 receiver process on loopback, OMP_NUM_THREADS=1 each; checksums xxh3_64 on both sides",
         "sharded": sharded,
+        "dtype": in_engine_dtype,
     }
     write_result("weight_sync", result)
     return result
@@ -407,6 +415,89 @@ def sharded_case(quick: bool) -> dict[str, Any]:
         "note": "2 FSDP2 ranks (gloo) + 1 receiver, OMP_NUM_THREADS=1 each; ours includes a gather per tensor on "
         "both ranks, raw broadcasts bytes gathered beforehand; whole = one update with every tensor + a second "
         "pass for the digest (the publish before streaming)",
+    }
+
+
+# ---- in the explorer's dtype: the real SmolLM2-135M, fp32 as trained vs cast to bf16 for a bf16 engine ----
+
+DTYPE_BUCKET_MB = 64.0
+
+
+def _dtype_receiver(spec_json: str, plan: list[str], results: Any) -> None:
+    import torch
+
+    from trinity.sync import SyncGroupSpec
+    from trinity.sync.collective import WeightReceiver
+
+    torch.set_num_threads(1)
+    receiver = WeightReceiver(SyncGroupSpec.model_validate_json(spec_json), 1, reuse_buffers=True)
+    receiver.init()
+    for step in plan:
+        _, named = receiver.receive(idle_timeout_s=600)
+        started = time.perf_counter()
+        for _, tensor in named:
+            tensor.to(torch.bfloat16)  # a bf16 engine's load casts (a no-op view when bf16 arrived)
+        results.put((step, time.perf_counter() - started))
+    receiver.close()
+
+
+def dtype_case(quick: bool) -> dict[str, Any]:
+    import torch
+    from safetensors.torch import load_file
+
+    from trinity.models import resolve_model_path
+    from trinity.sync import SyncGroupSpec, narrowed_to, reserve_rendezvous
+    from trinity.sync.collective import WeightSender
+
+    weights = list(load_file(Path(resolve_model_path("smollm2")) / "model.safetensors").items())
+    reps = 2 if quick else 5
+    plan = [step for _ in range(reps) for step in ("float32", "bfloat16")]
+    rendezvous = reserve_rendezvous(
+        SyncGroupSpec.for_members("bench-dtype", 0, ["explorer-0"], timeout_s=600, bucket_mb=DTYPE_BUCKET_MB)
+    )
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    process = ctx.Process(target=_dtype_receiver, args=(rendezvous.spec.model_dump_json(), plan, results))
+    process.start()
+    times: dict[str, list[float]] = {"float32": [], "bfloat16": []}
+    sent: dict[str, int] = {}
+    try:
+        sender = WeightSender(rendezvous.spec, rendezvous=rendezvous)
+        sender.init()
+        for version, step in enumerate(plan, start=1):
+            started = time.perf_counter()
+            report = sender.publish(version, narrowed_to(weights, getattr(torch, step)))
+            times[step].append(time.perf_counter() - started)
+            assert report.accepted_by_all, report.refused
+            sent[step] = report.bytes
+        sender.close()
+        cast: dict[str, list[float]] = {"float32": [], "bfloat16": []}
+        for _ in plan:
+            step, seconds = results.get(timeout=600)
+            cast[step].append(seconds)
+    finally:
+        process.join(timeout=600)
+        if process.is_alive():
+            process.kill()
+    med = {step: statistics.median(samples) for step, samples in times.items()}
+    return {
+        "model": "SmolLM2-135M-Instruct (model.path: smollm2)",
+        "tensors": len(weights),
+        "parameters": sum(t.numel() for _, t in weights),
+        "bucket_mb": DTYPE_BUCKET_MB,
+        "repeats": reps,
+        **{
+            step: {
+                "bytes": sent[step],
+                "publish_median_s": round(med[step], 4),
+                "receiver_cast_median_s": round(statistics.median(cast[step]), 4),
+            }
+            for step in times
+        },
+        "bytes_ratio_bf16_over_fp32": round(sent["bfloat16"] / sent["float32"], 4),
+        "publish_ratio_fp32_over_bf16": round(med["float32"] / med["bfloat16"], 3),
+        "note": "sender + 1 receiver process on loopback, OMP_NUM_THREADS=1 each; bf16 publish includes the "
+        "trainer-side cast; receiver cast = the bf16 engine's cast on load of what arrived",
     }
 
 

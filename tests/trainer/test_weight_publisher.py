@@ -14,10 +14,13 @@ from tests.conftest import ServiceProcess
 from tests.e2e.conftest import tiny_config
 from trinity.clients import GatewayClient
 from trinity.config import SynchronizerConfig
+from trinity.config.sync import SyncMethod
+from trinity.explorer.weight_feed import WeightFeed
 from trinity.models.digest import weights_digest
 from trinity.sdk import TrinityClient
 from trinity.sync.placement import host_id
 from trinity.trainer.weight_publisher import FormingStopped, WeightPublisher
+from trinity.trainer.weights import named_weights
 
 
 def _wait_for_generation(gateway: GatewayClient, run_id: str, generation: int, timeout: float = 30.0) -> None:
@@ -45,16 +48,25 @@ def gateway(redis_server, unique, tmp_path) -> Iterator[GatewayClient]:
         service.stop()
 
 
-def _publisher(gateway: GatewayClient, run_id: str, tmp_path: Path, stop: threading.Event | None = None):
+def _publisher(
+    gateway: GatewayClient,
+    run_id: str,
+    tmp_path: Path,
+    stop: threading.Event | None = None,
+    *,
+    method: SyncMethod = "checkpoint",
+    dtype: torch.dtype | None = None,
+):
     return WeightPublisher(
         gateway,
         run_id=run_id,
         instance_id="trainer-0",
         explorers=1,
-        config=SynchronizerConfig(method="checkpoint", timeout_seconds=60),
+        config=SynchronizerConfig(method=method, timeout_seconds=60),
         host="127.0.0.1",
         checkpoint_dir=str(tmp_path),
         stop=stop,
+        dtype=dtype,
     )
 
 
@@ -124,3 +136,84 @@ def test_a_publish_reads_the_weights_once_and_reports_their_digest_and_placement
     assert metrics["weights_digest"] == float(weights_digest(weights.items()))
     members = gateway.sync_group(unique).members
     assert [(m.instance_id, m.host_id) for m in members] == [("trainer-0", host_id()), ("explorer-a", "elsewhere/1")]
+
+
+def _tiny_policy() -> torch.nn.Module:
+    """A real (random) Llama whose every tensor is a multiple of 128 bytes in bf16: no alignment padding."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+    )
+    return LlamaForCausalLM(config)
+
+
+def _publish_to_a_feed(
+    gateway: GatewayClient, run_id: str, tmp_path: Path, model: torch.nn.Module, method: SyncMethod, dtype: torch.dtype
+) -> tuple[dict[str, float], list[tuple[str, torch.Tensor]]]:
+    """Publish version 1 of `model` to a real explorer `WeightFeed`; the metrics and what the feed staged."""
+    publisher = _publisher(gateway, run_id, tmp_path, method=method, dtype=dtype)
+    feed = WeightFeed(gateway, run_id, "explorer-0")
+    trainer = threading.Thread(target=publisher.open, daemon=True)
+    trainer.start()
+    _wait_for_generation(gateway, run_id, 1)
+    feed.start()
+    trainer.join(timeout=60)
+    try:
+        metrics = publisher.publish(1, lambda: named_weights(model))
+        deadline = time.monotonic() + 30
+        staged = feed.take()
+        while staged is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+            staged = feed.take()
+    finally:
+        feed.close()
+        feed.join(timeout=30)  # before the trainer's store goes, so the feed leaves quietly
+        publisher.close()
+    assert staged is not None, f"the explorer never staged version 1 (feed error: {feed.error})"
+    version, tensors = staged
+    assert version == 1
+    return metrics, tensors
+
+
+@pytest.mark.parametrize("method", ["gloo", "checkpoint"])
+def test_a_bf16_explorer_receives_the_trainer_weights_cast_to_bf16(gateway, unique, tmp_path, method):
+    """fp32 master weights bound for a bf16 engine travel as bf16, equal to the trainer's cast, and the trainer's
+    digest is the digest of what the explorer received (the explorer reports `weights_digest` of the same)."""
+    model = _tiny_policy()
+    metrics, received = _publish_to_a_feed(gateway, unique, tmp_path, model, method, torch.bfloat16)
+    sent = [(name, tensor.to(torch.bfloat16)) for name, tensor in named_weights(model)]
+
+    assert [name for name, _ in received] == [name for name, _ in sent]
+    for (name, got), (_, want) in zip(received, sent, strict=True):
+        assert got.dtype == torch.bfloat16, name
+        assert torch.equal(got, want), name
+    assert metrics["weights_digest"] == float(weights_digest(received))
+    assert metrics["weights_digest"] != float(weights_digest(named_weights(model)))
+
+
+def test_a_bf16_explorer_halves_the_bytes_an_fp32_trainer_broadcasts(gateway, unique, tmp_path):
+    model = _tiny_policy()
+    fp32_bytes = sum(tensor.numel() * 4 for _, tensor in named_weights(model))
+
+    metrics, _ = _publish_to_a_feed(gateway, unique, tmp_path, model, "gloo", torch.bfloat16)
+
+    assert metrics["sync_bytes"] == fp32_bytes / 2
+
+
+def test_an_fp32_explorer_receives_the_fp32_weights_unchanged(gateway, unique, tmp_path):
+    model = _tiny_policy()
+    fp32_bytes = sum(tensor.numel() * 4 for _, tensor in named_weights(model))
+
+    metrics, received = _publish_to_a_feed(gateway, unique, tmp_path, model, "gloo", torch.float32)
+
+    assert metrics["sync_bytes"] == fp32_bytes
+    for (name, got), (_, want) in zip(received, named_weights(model), strict=True):
+        assert got.dtype == torch.float32 and torch.equal(got, want), name

@@ -34,6 +34,7 @@ _LAZY = {
     "open_sender": "trinity.sync.interface",
     "register_sync_backend": "trinity.sync.interface",
     "group_by_layer": "trinity.sync.protocol",
+    "narrowed_to": "trinity.sync.protocol",
 }
 
 
@@ -63,6 +64,7 @@ __all__ = [
     "WeightReceiver",
     "WeightSender",
     "group_by_layer",
+    "narrowed_to",
     "open_receiver",
     "open_sender",
     "register_sync_backend",

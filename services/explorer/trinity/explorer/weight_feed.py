@@ -42,6 +42,10 @@ class WeightFeed:
     def close(self) -> None:
         self._stop.set()
 
+    def join(self, timeout: float | None = None) -> None:
+        """After `close`: wait until the thread has left the group (at most one idle wait, `IDLE_WAIT_S`)."""
+        self._thread.join(timeout)
+
     def take(self) -> Staged | None:
         """The newest verified version not yet taken, or None."""
         with self._lock:

@@ -18,6 +18,8 @@ import threading
 import time
 from pathlib import Path
 
+import torch
+
 from trinity.clients import BufferClient, GatewayClient
 from trinity.clients.gateway import RunReporter
 from trinity.config import RunConfig, naming
@@ -153,8 +155,6 @@ class TrainerRunner(ReportingRunner):
         cfg = self.config
         threads = cfg.trainer.threads or int(os.environ.get("TRINITY_TRAINER_THREADS", "0"))
         if threads:
-            import torch
-
             torch.set_num_threads(threads)
         checkpoints = self.stage_dir / "checkpoints"
         backend = self.backend = build_run_backend(with_model_dir(cfg), checkpoints, run_id=self.run_id)
@@ -178,6 +178,7 @@ class TrainerRunner(ReportingRunner):
                 host=self.advertise_host,
                 checkpoint_dir=str(self.stage_dir / "weights"),
                 stop=self._stop,
+                dtype=getattr(torch, cfg.engine_dtype),
             )
             self.publisher.open()
         total = cfg.buffer.total_steps

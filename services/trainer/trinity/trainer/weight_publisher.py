@@ -47,8 +47,12 @@ class WeightPublisher:
         checkpoint_dir: str,
         max_attempts: int = 3,
         stop: threading.Event | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
+        """`dtype`: the explorers' engine dtype (`RunConfig.engine_dtype`); wider floating weights are cast to
+        it before they are sent (`trinity.sync.narrowed_to`). None sends the trainer's dtypes as they are."""
         self.gateway = gateway
+        self.dtype = dtype
         # Set when the run is stopped (failed elsewhere, cancelled): waiting for members then ends at once
         # instead of holding the trainer busy for up to `timeout_seconds`.
         self.stop = stop or threading.Event()
@@ -139,9 +143,9 @@ class WeightPublisher:
         """Push `version` to every explorer; re-form the group and retry when a member fails.
 
         Each attempt iterates `named_tensors()` once, bucket by bucket (from a sharded trainer every tensor
-        is a fresh gather), and digests the weights in the same pass.
+        is a fresh gather), casts each to the explorers' dtype, and digests what is sent in the same pass.
         """
-        from trinity.sync import SyncError
+        from trinity.sync import SyncError, narrowed_to
 
         for attempt in range(1, self.max_attempts + 1):
             sender = self._sender or self.open()
@@ -149,7 +153,8 @@ class WeightPublisher:
             digest = WeightsDigest()
             try:
                 self.gateway.announce_weights(self.run_id, self.generation, version)
-                report = sender.publish(version, digest.observe(named_tensors()))
+                weights = named_tensors() if self.dtype is None else narrowed_to(named_tensors(), self.dtype)
+                report = sender.publish(version, digest.observe(weights))
             except SyncError as err:
                 log.warning("weights.publish_failed", version=version, attempt=attempt, error=str(err))
                 self.gateway.report_sync_failure(self.run_id, self.generation, self.instance_id, str(err))
