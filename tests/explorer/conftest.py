@@ -47,7 +47,8 @@ def other_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def vllm_engine(tiny_model_dir: Path):
     from trinity.explorer.engines import create_engine
 
-    engine = create_engine("vllm", model_path=str(tiny_model_dir), seed=0)
+    # A quarter GiB of KV cache: more than the tests use, and a fraction `VLLM_CPU_KVCACHE_SPACE` could not set.
+    engine = create_engine("vllm", model_path=str(tiny_model_dir), seed=0, kv_cache_space_gib=0.25)
     yield engine
     engine.close()
 

@@ -228,3 +228,17 @@ def test_a_closed_stream_is_aborted(vllm_engine):
     rest = list(stream)  # ends promptly instead of running to 4000 tokens
     assert sum(len(d.token_ids) for d in [first, *rest]) < 4000
     assert vllm_engine.calls_in_flight == 0
+
+
+def test_the_kv_cache_holds_the_fraction_of_a_gib_asked_for(vllm_engine, tiny_model_dir):
+    import json
+
+    vllm_config = vllm_engine._llm.llm_engine.vllm_config
+    cache = vllm_config.cache_config
+    assert cache.kv_cache_memory_bytes == 2**28
+    model = json.loads((tiny_model_dir / "config.json").read_text())
+    head_dim = model.get("head_dim") or model["hidden_size"] // model["num_attention_heads"]
+    per_token = 2 * model["num_hidden_layers"] * model["num_key_value_heads"] * head_dim * 4  # K and V, fp32
+    slots = cache.num_gpu_blocks * cache.block_size
+    assert 0.9 * 2**28 <= slots * per_token <= 2**28  # the whole budget, and no more
+

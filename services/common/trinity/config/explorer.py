@@ -27,7 +27,9 @@ class VllmEngineOptions(_Section):
     max_model_len: int | None = Field(
         default=None, gt=0, description="context limit; unset = model.max_prompt_tokens + model.max_response_tokens"
     )
-    kv_cache_space_gib: int = Field(default=1, ge=1, description="CPU build: KV cache size (VLLM_CPU_KVCACHE_SPACE)")
+    kv_cache_space_gib: float = Field(
+        default=1.0, gt=0, description="CPU build: KV cache size in GiB, fractions allowed (resident memory: vLLM fills it)"
+    )
     enforce_eager: bool = Field(default=True, description="no CUDA graphs or compilation (faster start)")
     logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = Field(
         default="processed_logprobs",

@@ -40,8 +40,16 @@ def _configure_environment(config: VllmEngineConfig) -> None:
     """Env vars vLLM reads at import / engine start; an operator's explicit setting wins."""
     # In-process engine: no engine-core subprocess, and tensors pass to the worker by reference.
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(config.kv_cache_space_gib))
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def _kv_cache_size(config: VllmEngineConfig) -> dict[str, int]:
+    """The CPU build's KV cache in bytes: an `LLM` argument, not `VLLM_CPU_KVCACHE_SPACE`, whose whole GiB are too
+    coarse (the quickstart needs a quarter of one, and the cache is resident). The GPU build sizes its cache from
+    `gpu_memory_utilization`. An operator's `VLLM_CPU_KVCACHE_SPACE` still wins: vLLM reads it over this."""
+    from vllm.platforms import current_platform
+
+    return {"kv_cache_memory_bytes": int(config.kv_cache_space_gib * 2**30)} if current_platform.is_cpu() else {}
 
 
 @ENGINES.register("vllm")
@@ -74,6 +82,7 @@ class VllmEngine(Engine):
             logprobs_mode=cfg.logprobs_mode,
             gpu_memory_utilization=cfg.gpu_memory_utilization,
             worker_extension_cls="trinity.explorer.engines.vllm_worker.TrinityWorkerExtension",
+            **_kv_cache_size(cfg),
             **cfg.extra,
         )
         self._loop = EngineLoop(build)
