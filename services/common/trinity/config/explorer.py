@@ -28,7 +28,7 @@ class VllmEngineOptions(_Section):
         default=None, gt=0, description="context limit; unset = model.max_prompt_tokens + model.max_response_tokens"
     )
     kv_cache_space_gib: float = Field(
-        default=1.0, gt=0, description="CPU build: KV cache size in GiB, fractions allowed (resident memory: vLLM fills it)"
+        default=1.0, gt=0, description="CPU build: KV cache GiB, fractions allowed (all resident: vLLM fills it)"
     )
     enforce_eager: bool = Field(default=True, description="no CUDA graphs or compilation (faster start)")
     logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = Field(
