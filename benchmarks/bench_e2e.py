@@ -107,7 +107,37 @@ def _run_ours(steps: int, workdir: Path) -> dict[str, Any]:
     if proc.returncode != 0 or not summary_path.exists():
         raise RuntimeError(f"trinity run failed (exit {proc.returncode}):\n{proc.output[-3000:]}")
     summary = json.loads(summary_path.read_text())
-    return {**_ours_from_summary(summary, proc.launched, steps), **proc.memory_fields()}
+    return {
+        **_ours_from_summary(summary, proc.launched, steps),
+        **proc.memory_fields(),
+        "startup_seconds": startup_milestones(output / "logs", summary, proc.launched),
+    }
+
+
+def _first_event_seconds(log: Path, event: str, launched: float) -> float | None:
+    """Seconds from `launched` to the first structured log line of `event` in `log` (None: never logged)."""
+    from datetime import datetime
+
+    for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
+        if line.startswith("{") and f'"event": "{event}"' in line:
+            stamp = json.loads(line)["timestamp"]
+            return round(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() - launched, 2)
+    return None
+
+
+def startup_milestones(logs: Path, summary: dict[str, Any], launched: float) -> dict[str, float | None]:
+    """Where the time before the first optimizer step goes, in seconds since launch on the raw clock: each
+    service serving, the weight-sync group formed (the trainer has its model, the explorer its vLLM engine),
+    the first batch put, the first step trained. The step-0 evaluation sits between the group and the batch."""
+    milestones: dict[str, float | None] = {
+        f"{name}_serving": _first_event_seconds(logs / f"{name}.log", "service.serving", launched)
+        for name in ("gateway", "buffer", "trainer", "explorer-0")
+    }
+    milestones["sync_group_ready"] = _first_event_seconds(logs / "trainer.log", "weights.group_ready", launched)
+    firsts = {"first_batch_put": summary["explore"], "first_step_trained": summary["train"]}
+    for name, rows in firsts.items():
+        milestones[name] = round(rows[0]["unix_ms"] / 1000 - launched, 2) if rows else None
+    return milestones
 
 
 @dataclass

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from benchmarks.bench_e2e import _resolve, compare, fastest_trl, trl_config
+from benchmarks.bench_e2e import _resolve, compare, fastest_trl, startup_milestones, trl_config
 
 
 def _row(config: str, curve: list[tuple[float, float]], seconds_per_step: float = 10.0) -> dict[str, Any]:
@@ -72,3 +74,20 @@ def test_fastest_with_nothing_run_before_it_is_an_error() -> None:
 def test_an_unknown_configuration_names_the_known_ones() -> None:
     with pytest.raises(ValueError, match="one of fp32, bf16, vllm-colocate, fastest"):
         _resolve("bf17", [])
+
+
+def test_startup_milestones_read_the_services_logs_and_the_summary(tmp_path: Path) -> None:
+    launched = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+
+    def line(event: str, second: int) -> str:
+        return json.dumps({"event": event, "timestamp": f"2027-01-15T08:00:{second:02d}.000000Z"})
+
+    (tmp_path / "gateway.log").write_text(line("service.serving", 2) + "\ntrinity gateway serving\n")
+    (tmp_path / "trainer.log").write_text(
+        "\n".join([line("service.serving", 6), "a plain line", line("weights.group_ready", 15)])
+    )
+    summary = {"explore": [{"unix_ms": (launched + 21) * 1000}], "train": []}
+    got = startup_milestones(tmp_path, summary, launched)
+    assert got["gateway_serving"] == 2.0 and got["trainer_serving"] == 6.0
+    assert got["sync_group_ready"] == 15.0 and got["first_batch_put"] == 21.0
+    assert got["buffer_serving"] is None and got["first_step_trained"] is None  # no log, no step: unknown
