@@ -47,8 +47,9 @@ def other_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def vllm_engine(tiny_model_dir: Path):
     from trinity.explorer.engines import create_engine
 
-    # A quarter GiB of KV cache: more than the tests use, and a fraction `VLLM_CPU_KVCACHE_SPACE` could not set.
-    engine = create_engine("vllm", model_path=str(tiny_model_dir), seed=0, kv_cache_space_gib=0.25)
+    # A quarter GiB of KV cache: more than the tests use, and a fraction `VLLM_CPU_KVCACHE_SPACE` could not set;
+    # 32-token blocks, the quickstart's.
+    engine = create_engine("vllm", model_path=str(tiny_model_dir), seed=0, kv_cache_space_gib=0.25, block_size=32)
     yield engine
     engine.close()
 

@@ -230,12 +230,13 @@ def test_a_closed_stream_is_aborted(vllm_engine):
     assert vllm_engine.calls_in_flight == 0
 
 
-def test_the_kv_cache_holds_the_fraction_of_a_gib_asked_for(vllm_engine, tiny_model_dir):
+def test_the_kv_cache_holds_the_fraction_of_a_gib_and_the_block_size_asked_for(vllm_engine, tiny_model_dir):
     import json
 
     vllm_config = vllm_engine._llm.llm_engine.vllm_config
     cache = vllm_config.cache_config
     assert cache.kv_cache_memory_bytes == 2**28
+    assert cache.block_size == 32 and cache.enable_prefix_caching  # vLLM's CPU default would be 128
     model = json.loads((tiny_model_dir / "config.json").read_text())
     head_dim = model.get("head_dim") or model["hidden_size"] // model["num_attention_heads"]
     per_token = 2 * model["num_hidden_layers"] * model["num_key_value_heads"] * head_dim * 4  # K and V, fp32

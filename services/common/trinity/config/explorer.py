@@ -30,6 +30,12 @@ class VllmEngineOptions(_Section):
     kv_cache_space_gib: float = Field(
         default=1.0, gt=0, description="CPU build: KV cache GiB, fractions allowed (all resident: vLLM fills it)"
     )
+    block_size: int | None = Field(
+        default=None,
+        gt=0,
+        description="KV block in tokens (CPU build: a multiple of 32; unset = vLLM's 128 there); the samples of "
+        "one prompt share its cached full blocks, so a block no longer than the prompt lets them share it",
+    )
     enforce_eager: bool = Field(default=True, description="no CUDA graphs or compilation (faster start)")
     logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = Field(
         default="processed_logprobs",

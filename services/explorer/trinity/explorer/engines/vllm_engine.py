@@ -83,6 +83,7 @@ class VllmEngine(Engine):
             gpu_memory_utilization=cfg.gpu_memory_utilization,
             worker_extension_cls="trinity.explorer.engines.vllm_worker.TrinityWorkerExtension",
             **_kv_cache_size(cfg),
+            **({"block_size": cfg.block_size} if cfg.block_size else {}),
             **cfg.extra,
         )
         self._loop = EngineLoop(build)
