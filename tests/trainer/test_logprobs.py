@@ -53,3 +53,20 @@ def test_uniform_logits_give_log_vocab_entropy() -> None:
     expected = torch.full((2, 3), torch.log(torch.tensor(50.0)).item())
     torch.testing.assert_close(-lp, expected)
     torch.testing.assert_close(ent, expected)
+
+
+@pytest.mark.parametrize("chunk", [4, 11, 12])
+def test_a_chunk_holds_at_most_chunk_size_positions_over_all_rows(chunk: int) -> None:
+    # The logits alive at once are one chunk's: a wide batch of short rows (64 x 16 in the quickstart)
+    # must not put every row's positions into each chunk.
+    head, hidden, targets = _setup(3)
+    seen: list[int] = []
+
+    def counting_head(h: torch.Tensor) -> torch.Tensor:
+        seen.append(h.shape[:-1].numel())
+        return head(h)
+
+    lp, _ = chunked_logprobs(counting_head, hidden, targets, chunk_size=chunk)
+    lp.sum().backward()  # the recomputed chunks in backward too
+    assert seen and max(seen) <= chunk
+    torch.testing.assert_close(lp, naive_logprobs(head(hidden), targets)[0], rtol=1e-6, atol=1e-6)

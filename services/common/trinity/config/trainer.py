@@ -94,7 +94,12 @@ class TorchTrainerConfig(_TrainerSection):
         description="ranks the trainer starts on its own host (0..local_ranks-1); the others join from other "
         "hosts with the torchrun environment; None = all of them",
     )
-    logprob_chunk_size: int = Field(default=256, gt=0, description="response positions per lm_head/log-softmax chunk")
+    logprob_chunk_size: int = Field(
+        default=1024,
+        gt=0,
+        description="response positions, over a micro-batch's rows, per lm_head/log-softmax chunk (bounds the "
+        "[chunk, vocab] logits; past one chunk the head is recomputed in backward)",
+    )
     value_loss_coef: float = Field(default=0.5, ge=0, description="weight of the PPO critic loss")
     lora_rank: int = Field(default=0, ge=0, description="LoRA adapter rank; 0 = full fine-tuning")
     lora_alpha: int | None = Field(default=None, gt=0, description="LoRA scaling numerator; None = 2 * lora_rank")

@@ -1,9 +1,10 @@
 """Per-token log-probs and entropy of response tokens, computed in sequence chunks.
 
 A full `[batch, seq, vocab]` float32 log-softmax is the largest tensor of an RL step (49k vocab x 1k
-tokens x 4 bytes = 200 MB per row). Here the lm_head and log-softmax run on `chunk_size` response
-positions at a time, and under autograd, when there are several chunks, each is recomputed in backward
-(activation checkpointing), so only one chunk's logits are alive at once in either direction.
+tokens x 4 bytes = 200 MB per row, or per 64 rows of 16 tokens). Here the lm_head and log-softmax run on
+`chunk_size` response positions at a time, counted over all rows together, and under autograd, when
+there are several chunks, each is recomputed in backward (activation checkpointing), so only one
+chunk's logits are alive at once in either direction.
 """
 
 from __future__ import annotations
@@ -60,20 +61,24 @@ def chunked_logprobs(
     """
     if chunk_size <= 0:
         raise ValueError("chunk_size must be positive")
+    # Chunks run over every row's positions together: a batch of 64 short responses is one `[64, resp]`
+    # block, and chunking each row's positions alone would put all 64 rows' logits in every chunk.
+    rows, width = targets.shape
+    flat_hidden, flat_targets = hidden.reshape(1, rows * width, -1), targets.reshape(1, rows * width)
     # Recomputing a chunk in backward only saves memory when there are several chunks; a single chunk's
     # logits would be alive at once in backward anyway.
-    recompute = torch.is_grad_enabled() and hidden.requires_grad and hidden.shape[1] > chunk_size
+    recompute = torch.is_grad_enabled() and hidden.requires_grad and rows * width > chunk_size
     logps, ents = [], []
-    for start in range(0, hidden.shape[1], chunk_size):
-        h = hidden[:, start : start + chunk_size]
-        t = targets[:, start : start + chunk_size]
+    for start in range(0, rows * width, chunk_size):
+        h = flat_hidden[:, start : start + chunk_size]
+        t = flat_targets[:, start : start + chunk_size]
         if recompute:
             lp, ent = checkpoint(_chunk_logprobs, head, h, t, temperature, with_entropy, use_reentrant=False)
         else:
             lp, ent = _chunk_logprobs(head, h, t, temperature, with_entropy)
         logps.append(lp)
         ents.append(ent)
-    return torch.cat(logps, dim=1), torch.cat(ents, dim=1)
+    return torch.cat(logps, dim=1).view(rows, width), torch.cat(ents, dim=1).view(rows, width)
 
 
 def gather_positions(hidden: torch.Tensor, index: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
