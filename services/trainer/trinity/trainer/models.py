@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from trinity.config import TorchTrainerConfig
+from trinity.trainer.attention import SDPA_FP32
 from trinity.trainer.batch import TokenBatch
 
 if TYPE_CHECKING:
@@ -170,11 +171,11 @@ class ValueModel(nn.Module):
 def decode(decoder: nn.Module, batch: TokenBatch) -> torch.Tensor:
     """Last hidden states `[rows, seq, hidden]` of a decoder stack (`model.model`, not the LM head).
 
-    A shared-prompt block mask goes to SDPA as booleans; eager attention adds its mask to the scores,
-    so it gets the additive form.
+    A shared-prompt block mask goes to SDPA (either dtype, `attention.py`) as booleans; eager attention adds
+    its mask to the scores, so it gets the additive form.
     """
     mask = batch.attention_mask
-    if mask.dim() == 4 and getattr(decoder.config, "_attn_implementation", "sdpa") != "sdpa":
+    if mask.dim() == 4 and getattr(decoder.config, "_attn_implementation", "sdpa") not in ("sdpa", SDPA_FP32):
         dtype = next(decoder.parameters()).dtype
         mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
     return decoder(input_ids=batch.input_ids, attention_mask=mask, position_ids=batch.position_ids).last_hidden_state

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -25,6 +25,7 @@ from torch import nn
 from trinity.config import RunConfig, TorchTrainerConfig
 from trinity.trainer import checkpoint as ckpt
 from trinity.trainer.algorithm import AlgorithmParts, resolve_algorithm
+from trinity.trainer.attention import use_fp32_attention
 from trinity.trainer.backend import backend_section, register_backend
 from trinity.trainer.batch import (
     Sample,
@@ -65,6 +66,9 @@ from trinity.trainer.parallel import (
 from trinity.trainer.weights import block_index, named_weights, save_hf
 from trinity.v1 import common_pb2
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
 
 class TorchBackend(PolicyForward):
     """See `TrainerBackend`. `config.model.path` is a model directory (the runner resolves `smollm2`);
@@ -91,7 +95,7 @@ class TorchBackend(PolicyForward):
         self.tokenizer = Tokenizer(self.hf_tokenizer)
         self._pad_id = int(self.hf_tokenizer.pad_token_id)
 
-        model = load_causal_lm(path, self.precision.load, self.device)
+        model = self._load(path)
         if self.trainer.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         lora = self.trainer.lora_rank > 0
@@ -100,13 +104,14 @@ class TorchBackend(PolicyForward):
         self._policy_pass = self._sharded(self._pass(self.policy), self.policy)
         self.reference: ReferencePolicy | None = None
         if self.algorithm.needs_reference:
-            copy = None if lora else freeze(load_causal_lm(path, self.precision.load, self.device))
+            copy = None if lora else freeze(self._load(path))
             self.reference = ReferencePolicy(
                 self._policy_pass, self._sharded(self._pass(copy), copy) if copy is not None else None
             )
         self._teacher_pass: TokenLogprobs | None = None
         if self.algorithm.needs_teacher:
             teacher = load_teacher(config.algorithm.teacher_model, model, self.precision.load, self.device)
+            use_fp32_attention(teacher, self.precision.autocast, self.device)
             self._teacher_pass = self._sharded(self._pass(teacher), teacher)
         self.kl = KLCoefficient(self.algorithm, config.algorithm)
         self.critic: ValueModel | None = None
@@ -121,6 +126,13 @@ class TorchBackend(PolicyForward):
         self.optimizer, self.scheduler = build_optimizer(groups, opt, config.buffer.total_steps)
         self.state = ckpt.TrainState()
         self._consumed: set[str] = set()
+
+    def _load(self, path: str) -> PreTrainedModel:
+        """A causal LM whose log-probs run under this backend's autocast (the policy, its frozen copy), with the
+        attention kernel that is fastest there (`attention.py`)."""
+        lm = load_causal_lm(path, self.precision.load, self.device)
+        use_fp32_attention(lm, self.precision.autocast, self.device)
+        return lm
 
     def _pass(self, lm: nn.Module) -> TokenLogprobs:
         return TokenLogprobs(lm, self.trainer.logprob_chunk_size, sampling_temperature(self.config.explorer))
