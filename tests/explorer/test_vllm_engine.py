@@ -242,4 +242,3 @@ def test_the_kv_cache_holds_the_fraction_of_a_gib_and_the_block_size_asked_for(v
     per_token = 2 * model["num_hidden_layers"] * model["num_key_value_heads"] * head_dim * 4  # K and V, fp32
     slots = cache.num_gpu_blocks * cache.block_size
     assert 0.9 * 2**28 <= slots * per_token <= 2**28  # the whole budget, and no more
-

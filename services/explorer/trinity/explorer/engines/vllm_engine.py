@@ -43,13 +43,17 @@ def _configure_environment(config: VllmEngineConfig) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
-def _kv_cache_size(config: VllmEngineConfig) -> dict[str, int]:
+def _kv_cache_size(config: VllmEngineConfig) -> dict[str, Any]:
     """The CPU build's KV cache in bytes: an `LLM` argument, not `VLLM_CPU_KVCACHE_SPACE`, whose whole GiB are too
     coarse (the quickstart needs a quarter of one, and the cache is resident). The GPU build sizes its cache from
     `gpu_memory_utilization`. An operator's `VLLM_CPU_KVCACHE_SPACE` still wins: vLLM reads it over this."""
     from vllm.platforms import current_platform
 
     return {"kv_cache_memory_bytes": int(config.kv_cache_space_gib * 2**30)} if current_platform.is_cpu() else {}
+
+
+def _block_size(config: VllmEngineConfig) -> dict[str, Any]:
+    return {"block_size": config.block_size} if config.block_size else {}  # unset: vLLM's default for the platform
 
 
 @ENGINES.register("vllm")
@@ -83,7 +87,7 @@ class VllmEngine(Engine):
             gpu_memory_utilization=cfg.gpu_memory_utilization,
             worker_extension_cls="trinity.explorer.engines.vllm_worker.TrinityWorkerExtension",
             **_kv_cache_size(cfg),
-            **({"block_size": cfg.block_size} if cfg.block_size else {}),
+            **_block_size(cfg),
             **cfg.extra,
         )
         self._loop = EngineLoop(build)
