@@ -33,14 +33,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def explorer_threads(stages: list[RunConfig], explorers: int, cores: int | None = None) -> int:
-    """Threads per local explorer process: `explorer.threads`, or (0) the cores split among explorers.
+    """Threads per local explorer process: `explorer.threads`, or (0) the cores split among explorers; one when
+    exploring overlaps training (mode both, sync_offset > 0) in any stage.
 
-    vLLM generated the quickstart batch in 6 s on two threads against 11 s on one (2 cores, fp32).
-    When exploring overlaps training (sync_offset > 0) both processes then run two threads on two cores;
-    with passive OpenMP waits that measured no slower than one explorer thread (9.7 vs 10.3 s per step).
+    Overlapped, the trainer is the critical path and already runs a thread per core: a second explorer thread
+    barely speeds vLLM's small batches up and slows the trainer's steps (docs/benchmarks.md measures both).
+    Without the overlap the explorer has the cores to itself while it samples.
     """
     chosen = max(s.explorer.threads for s in stages)
-    return chosen or max(1, (cores or os.cpu_count() or 1) // explorers)
+    if chosen:
+        return chosen
+    if any(s.mode == "both" and s.synchronizer.sync_offset > 0 for s in stages):
+        return 1
+    return max(1, (cores or os.cpu_count() or 1) // explorers)
 
 
 def run_locally(

@@ -40,7 +40,9 @@ class _TrainerSection(_Section):
     )
     ppo_epochs: int = Field(default=1, gt=0, description="passes over each train batch")
     recompute_old_logprobs: bool = Field(
-        default=False, description="use the trainer's own log-probs as old log-probs instead of the sampler's"
+        default=False,
+        description="use the trainer's own log-probs as old log-probs instead of the sampler's (free when a step "
+        "makes one update: they are then the policy's own in that update)",
     )
     save_interval: int = Field(
         default=10,
@@ -62,6 +64,10 @@ class _TrainerSection(_Section):
     start_timeout_s: float = Field(default=300.0, gt=0, description="limit on rank start-up (model load, joining)")
     command_timeout_s: float = Field(default=1800.0, gt=0, description="limit on one train step, save or export")
     collective_timeout_s: float = Field(default=600.0, gt=0, description="torch.distributed collective timeout")
+
+    def single_update(self, samples: int) -> bool:
+        """Whether a train step of `samples` experiences makes one optimizer update (one epoch, one mini-batch)."""
+        return self.ppo_epochs == 1 and (self.mini_batch_size or samples) >= samples
 
 
 class TorchTrainerConfig(_TrainerSection):

@@ -123,14 +123,16 @@ def build_objective(
     *,
     step: int,
     recompute_old_logprobs: bool = False,
+    single_update: bool = False,
     critic: CriticTerm | None = None,
 ) -> tuple[MicroObjective, dict[str, float]]:
     """The objective of one train step on `samples` (the policy's `step`-th update), and its batch metrics.
 
     Old log-probs are the sampler's unless a row lacks them or `recompute_old_logprobs` is set; then
-    the policy's own, before the step's first update. Teacher log-probs (distillation) are the
-    experiences' own when every row has them, else one teacher pass here: once per experience, since a
-    step trains each experience once and its epochs reuse what is prepared here.
+    the policy's own, before the step's first update. When the step makes a `single_update` (one epoch, one
+    mini-batch) those are the log-probs of the update's own forward pass, detached: no extra pass. Teacher
+    log-probs (distillation) are the experiences' own when every row has them, else one teacher pass here: once
+    per experience, since a step trains each experience once and its epochs reuse what is prepared here.
     """
     rows, row_index = _rows_of(samples)
     full = collate(rows, forward.pad_id)
@@ -146,18 +148,22 @@ def build_objective(
         return [r for i in idx for r in row_index[i]]
 
     ref = forward.forward_rows(rows, "reference") if alg.needs_reference else None
-    old: torch.Tensor | None = None
+    old: torch.Tensor | None = None  # None in the objective: the update's own log-probs, detached
+    sampler = full.old_logprobs if all(r.old_logprobs is not None for r in rows) else None
     values = returns = advantages = None
     if alg.data_kind == "rollout":
-        if any(r.old_logprobs is None for r in rows) or recompute_old_logprobs:
-            old = forward.forward_rows(rows, "policy")
+        if sampler is None or recompute_old_logprobs:
+            # Needed before the update: in a reward's KL penalty, or as an advantage input.
+            needed_now = alg.kl_penalty is not None or "old_logprobs" in alg.required_inputs
+            old = None if single_update and not needed_now else forward.forward_rows(rows, "policy")
         else:
-            old = full.old_logprobs
+            old = sampler
         if critic is not None:
             values = forward.forward_rows(rows, "critic")
         teacher = _teacher_logprobs(forward, rows, full) if alg.needs_teacher else None
-        if teacher is not None and old is not None:
-            prep["teacher_kl"] = float(masked_mean(old - teacher, mask))  # sampled KL(policy || teacher)
+        policy_now = old if old is not None else sampler
+        if teacher is not None and policy_now is not None:
+            prep["teacher_kl"] = float(masked_mean(policy_now - teacher, mask))  # sampled KL(policy || teacher)
         rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
         token_rewards = full.token_rewards
         if alg.kl_penalty is not None and ref is not None and old is not None:

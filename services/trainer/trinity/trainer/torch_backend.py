@@ -378,6 +378,7 @@ class TorchBackend(PolicyForward):
             samples,
             step=self.step,
             recompute_old_logprobs=self.trainer.recompute_old_logprobs,
+            single_update=self.trainer.single_update(len(samples)),
             critic=critic,
         )
 

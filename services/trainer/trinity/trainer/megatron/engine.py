@@ -242,6 +242,7 @@ class MegatronEngine:
             samples,
             step=self.state.step,
             recompute_old_logprobs=self.trainer.recompute_old_logprobs,
+            single_update=self.trainer.single_update(len(samples)),
         )
         metrics.update(prep)
         metrics.update(self._optimize(samples, objective, forward))
