@@ -16,6 +16,7 @@ import redis
 
 from tests.e2e.conftest import tiny_config
 from trinity.cli.launcher import LocalStack, RestartPolicy
+from trinity.runtime.allocator import jemalloc_library
 from trinity.clients import GatewayClient
 from trinity.sdk import TrinityClient
 from trinity.v1 import gateway_pb2
@@ -154,3 +155,18 @@ def test_the_console_starts_beside_the_stack_and_reaches_its_gateway(tmp_path):
     finally:
         stack.down()
     assert console.poll() is not None  # stopped with the stack
+
+
+def _maps(pid: int) -> str:
+    with open(f"/proc/{pid}/maps") as maps:
+        return maps.read()
+
+
+@pytest.mark.skipif(jemalloc_library() is None, reason="jemalloc is not installed (Debian: libjemalloc2)")
+def test_the_trainer_runs_on_jemalloc_and_the_gateway_on_the_system_allocator(tmp_path):
+    stack = LocalStack.up(tmp_path, roles=("gateway", "trainer"), policy=QUICK)
+    try:
+        assert "libjemalloc" in _maps(stack.services["trainer"].process.pid)
+        assert "libjemalloc" not in _maps(stack.services["gateway"].process.pid)
+    finally:
+        stack.down()

@@ -221,3 +221,10 @@ def test_published_ports_listen_on_loopback_only(stack):
             bindings = json.loads(docker("inspect", "-f", "{{json .NetworkSettings.Ports}}", container))
             hosts = {b["HostIp"] for mapped in bindings.values() if mapped for b in mapped}
             assert hosts <= {"127.0.0.1"}, (service, hosts)
+
+
+@pytest.mark.parametrize(("service", "allocator"), [("trainer", True), ("explorer", True), ("gateway", False)])
+def test_the_tensor_services_run_on_jemalloc(stack, finished_run, service, allocator):
+    for container in stack.containers(service):
+        maps = docker("exec", container, "cat", "/proc/1/maps")
+        assert ("libjemalloc" in maps) == allocator, (service, container)

@@ -27,6 +27,7 @@ from typing import IO, Any, Protocol
 import structlog
 from tenacity import RetryCallState, Retrying, stop_after_attempt, wait_exponential
 
+from trinity.runtime.allocator import with_jemalloc
 from trinity.runtime.client import wait_until_serving
 from trinity.runtime.redis_server import (
     RedisServer,
@@ -184,12 +185,15 @@ class LocalStack:
             threads = str(trainer_threads or cores)
             if "buffer" in roles:
                 stack._add_service("buffer", base)
+            # The trainer's and the explorers' steps allocate gigabytes of changing sizes: jemalloc (runtime.allocator).
+            tensors = with_jemalloc(base)
             if "trainer" in roles:
-                stack._add_service("trainer", {**base, "OMP_NUM_THREADS": threads, "TRINITY_TRAINER_THREADS": threads})
+                trainer_env = {**tensors, "OMP_NUM_THREADS": threads, "TRINITY_TRAINER_THREADS": threads}
+                stack._add_service("trainer", trainer_env)
             if "explorer" in roles:
                 # Fixed at process start: vLLM's CPU worker disables torch.set_num_threads once it runs.
                 for i in range(explorers):
-                    explorer_env = {**base, "OMP_NUM_THREADS": str(explorer_threads)}
+                    explorer_env = {**tensors, "OMP_NUM_THREADS": str(explorer_threads)}
                     stack._add_service(f"explorer-{i}", explorer_env, service="explorer")
             for name in list(stack.services)[1:]:
                 stack.wait_serving(name, timeout)
