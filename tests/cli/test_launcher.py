@@ -16,8 +16,8 @@ import redis
 
 from tests.e2e.conftest import tiny_config
 from trinity.cli.launcher import LocalStack, RestartPolicy
-from trinity.runtime.allocator import jemalloc_library
 from trinity.clients import GatewayClient
+from trinity.runtime.allocator import jemalloc_library
 from trinity.sdk import TrinityClient
 from trinity.v1 import gateway_pb2
 
