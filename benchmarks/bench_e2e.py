@@ -88,13 +88,30 @@ def _quickstart_config() -> dict[str, Any]:
 # ---- ours ------------------------------------------------------------------------------------------------------
 
 
-def _run_ours(steps: int, workdir: Path) -> dict[str, Any]:
-    """The quickstart as it ships (bf16 matmuls and sampling, one-step-off), only its step budget changed."""
+def override(config: dict[str, Any], assignment: str) -> None:
+    """Set `section.key=value` (a dotted path; the value read as YAML) in `config`, in place."""
+    import yaml
+
+    path, sep, value = assignment.partition("=")
+    if not sep or not path:
+        raise ValueError(f"--ours-set {assignment!r}: expected a dotted key, '=' and a value (explorer.threads=2)")
+    *parents, key = path.split(".")
+    node = config
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[key] = yaml.safe_load(value)
+
+
+def _run_ours(steps: int, workdir: Path, overrides: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The quickstart as it ships (bf16 matmuls and sampling, one-step-off), only its step budget changed (and
+    `overrides`, `--ours-set`, for measuring one lever against the shipped settings)."""
     import yaml
 
     config = _quickstart_config()
     config["name"] = "bench-e2e"
     config["buffer"]["total_steps"] = steps
+    for assignment in overrides:
+        override(config, assignment)
     for section in [config["buffer"]["taskset"], *config["buffer"]["eval_tasksets"]]:
         section["path"] = str((QUICKSTART / section["path"]).resolve())  # the config moves to workdir
     config["monitor"]["tensorboard"] = False
@@ -695,6 +712,7 @@ def run(
     trl_configs: tuple[str, ...] = DEFAULT_TRL_CONFIGS,
     trl_steps: int | None = None,
     skip_ours: bool = False,
+    ours_overrides: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     from benchmarks.common import write_result
     from trinity.models import resolve_model_path
@@ -704,7 +722,7 @@ def run(
     model_path = str(resolve_model_path("smollm2"))
     workdir = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
     # One after the other: each run gets the (shared) cores and memory to itself.
-    ours = None if skip_ours else _run_ours(ours_steps, workdir)
+    ours = None if skip_ours else _run_ours(ours_steps, workdir, ours_overrides)
     trl_rows: list[dict[str, Any]] = []
     for spec in trl_configs:
         try:
@@ -715,7 +733,11 @@ def run(
         print(f"== TRL {resolved}", flush=True)
         trl_rows.append(_run_trl(resolved, steps, workdir, model_path))
         print(json.dumps(table(None, trl_rows[-1:])[0]), flush=True)
-    name = ("e2e_quick" if quick else "e2e") + ("_trl_only" if skip_ours else "")
+    # A partial run (one side only, or ours with a lever changed) never replaces the full comparison's file.
+    name = (
+        ("e2e_quick" if quick else "e2e") + ("_trl_only" if skip_ours else "") + ("" if trl_configs else "_ours_only")
+    )
+    name += "_set" if ours_overrides else ""
     RESULTS.mkdir(parents=True, exist_ok=True)
     plot(ours, trl_rows, RESULTS / f"{name}.png")
     best = fastest_trl(trl_rows)
@@ -723,6 +745,7 @@ def run(
         "quick": quick,
         "steps": {"trl": steps, "ours": None if skip_ours else ours_steps},
         "trl_configs": list(trl_configs),
+        "ours_overrides": list(ours_overrides),
         "setup": {
             "model": "SmolLM2-135M-Instruct (fp32)",
             "prompts_per_step": 8,
@@ -759,6 +782,14 @@ if __name__ == "__main__":
         f"each one of {', '.join(TRL_CONFIGS)}, or `fastest`, optionally +genN",
     )
     parser.add_argument("--skip-ours", action="store_true", help="TRL configurations only (no comparison)")
+    parser.add_argument(
+        "--ours-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="change one setting of ours' quickstart config (a dotted key, a YAML value; repeatable), e.g. "
+        "explorer.threads=2; the result is written apart (`*_set.json`)",
+    )
     parser.add_argument("--trl-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--model", default="", help=argparse.SUPPRESS)
     parser.add_argument("--launched", type=float, default=0.0, help=argparse.SUPPRESS)
@@ -769,5 +800,5 @@ if __name__ == "__main__":
         trl_worker(cli.trl_configs, cli.trl_steps, cli.model, cli.launched, Path(cli.out), Path(cli.workdir))
     else:
         specs = tuple(s.strip() for s in cli.trl_configs.split(",") if s.strip())
-        done = run(cli.quick, cli.ours_steps, specs, cli.trl_steps, cli.skip_ours)
+        done = run(cli.quick, cli.ours_steps, specs, cli.trl_steps, cli.skip_ours, tuple(cli.ours_set))
         print(json.dumps({"table": done["table"], "comparison": done["comparison"]}, indent=2))

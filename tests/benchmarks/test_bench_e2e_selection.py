@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.bench_e2e import _resolve, compare, fastest_trl, startup_milestones, trl_config
+from benchmarks.bench_e2e import _resolve, compare, fastest_trl, override, startup_milestones, trl_config
 
 
 def _row(config: str, curve: list[tuple[float, float]], seconds_per_step: float = 10.0) -> dict[str, Any]:
@@ -91,3 +91,19 @@ def test_startup_milestones_read_the_services_logs_and_the_summary(tmp_path: Pat
     assert got["gateway_serving"] == 2.0 and got["trainer_serving"] == 6.0
     assert got["sync_group_ready"] == 15.0 and got["first_batch_put"] == 21.0
     assert got["buffer_serving"] is None and got["first_step_trained"] is None  # no log, no step: unknown
+
+
+def test_ours_set_changes_one_setting_of_the_quickstart_config() -> None:
+    config = {"explorer": {"threads": 0, "engine_options": {"dtype": "bfloat16"}}}
+    override(config, "explorer.threads=2")
+    override(config, "explorer.engine_options.dtype=float32")
+    override(config, "trainer.micro_batch_tokens=1536")
+    assert config == {
+        "explorer": {"threads": 2, "engine_options": {"dtype": "float32"}},
+        "trainer": {"micro_batch_tokens": 1536},
+    }
+
+
+def test_ours_set_refuses_an_assignment_without_a_value() -> None:
+    with pytest.raises(ValueError, match=r"explorer\.threads=2"):
+        override({}, "explorer.threads")

@@ -15,6 +15,7 @@ the layout the library's `dpo` loss expects.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple, Protocol
 
@@ -88,6 +89,13 @@ def _rows_of(samples: list[Sample]) -> tuple[list[TokenSequence], list[list[int]
     return rows, index
 
 
+def _advantage_reads(alg: AlgorithmParts, name: str) -> bool:
+    """Whether the algorithm's advantage function takes the per-row input `name` (by its signature)."""
+    if alg.advantage is None:
+        return False
+    return name in inspect.signature(getattr(alg.advantage, "fn", alg.advantage)).parameters
+
+
 INPUT_SOURCES = {
     "episode_ids": "Experience.episode_id, written by multi-step workflows",
     "reward_baselines": f"Experience.reward_components[{REWARD_BASELINE!r}], the greedy sample's reward",
@@ -154,7 +162,7 @@ def build_objective(
     if alg.data_kind == "rollout":
         if sampler is None or recompute_old_logprobs:
             # Needed before the update: in a reward's KL penalty, or as an advantage input.
-            needed_now = alg.kl_penalty is not None or "old_logprobs" in alg.required_inputs
+            needed_now = alg.kl_penalty is not None or _advantage_reads(alg, "old_logprobs")
             old = None if single_update and not needed_now else forward.forward_rows(rows, "policy")
         else:
             old = sampler
