@@ -78,7 +78,7 @@ test-browser: $(STAMP) console-assets
 	$(PY) -m pytest -q -m browser
 
 # The compose stack in real containers: a Docker engine, the images, a job through the SDK (tests/containers).
-test-containers: $(STAMP)
+test-containers: $(STAMP) console-assets
 	deploy/docker/test-containers.sh
 
 # The e2e benchmark runs TRL beside ours; the test suite does not need it.

@@ -40,7 +40,9 @@ echo "wheelhouse: $(find "$WHEELS" -name '*.whl' | wc -l) wheels in $(( $(date +
 
 # A fixed port: the wheelhouse URL is a build argument, and a new value each run would defeat the layer cache.
 PORT="${TRINITY_WHEELHOUSE_PORT:-38719}"
-if ! "$PY" -c "import socket, sys; socket.socket().bind(('127.0.0.1', int(sys.argv[1])))" "$PORT" 2>/dev/null; then
+# SO_REUSEADDR as http.server sets it: the last build's connections in TIME_WAIT do not make the port taken.
+if ! "$PY" -c "import socket, sys; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(('127.0.0.1', int(sys.argv[1])))" "$PORT" 2>/dev/null; then
     echo "port $PORT (the wheelhouse server) is taken: set TRINITY_WHEELHOUSE_PORT to a free one" >&2
     exit 1
 fi

@@ -119,6 +119,8 @@ def stack(tmp_path_factory, tiny_model) -> Iterator[Stack]:
         "TRINITY_REDIS_IMAGE": "local/redis:7",
         "TRINITY_AUTH_TOKEN": TOKEN,
         "TRINITY_GATEWAY_PORT": str(gateway_port),
+        # Every published port is a free one: the defaults (8300, 9101...) may be taken on the host running the test.
+        "TRINITY_CONSOLE_PORT": str(free_port()),
         "TRINITY_GATEWAY_METRICS_PORT": str(metrics["gateway"][0]),
         "TRINITY_BUFFER_METRICS_PORT": str(metrics["buffer"][0]),
         "TRINITY_TRAINER_METRICS_PORT": str(metrics["trainer"][0]),
