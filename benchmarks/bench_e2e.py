@@ -6,16 +6,17 @@ the peak memory of every process each side starts.
     python -m benchmarks.bench_e2e --quick --skip-ours --trl-configs bf16   # one TRL configuration alone
 
 Both sides train SmolLM2-135M-Instruct with GRPO on the quickstart additions (examples/quickstart): 8 prompts x 8
-samples per optimizer step, 16 completion tokens, temperature 1.0, lr 1e-5 constant, AdamW (weight decay 0.01,
-grad-norm clip 1.0), no KL term, token-mean loss, the same `accuracy` reward (last number equals the answer), and
-the same chat template. Held-out accuracy: 20 unseen additions x 8 samples at temperature 1.0 at the start and
-every 4 optimizer steps.
+samples per step (one optimizer step on them, or two of 32 in TRL's `+mb2` rows and ours), 16 completion tokens,
+temperature 1.0, lr 1e-5 constant, AdamW (weight decay 0.01, grad-norm clip 1.0), no KL term, token-mean loss,
+the same `accuracy` reward (last number equals the answer), and the same chat template. Held-out accuracy: 20
+unseen additions x 8 samples at temperature 1.0 at the start and every 4 steps.
 
 Ours is `trinity run` in a subprocess (Redis + gateway + buffer + trainer + a vLLM explorer). TRL runs in a
 subprocess of its own (`--trl-worker`, 2 torch threads), once per configuration in `TRL_CONFIGS`, one after the
 other: fp32 with HF `generate`, `bf16=True` (accelerate's CPU bf16 autocast), vLLM colocated in the trainer
-process (the vLLM CPU build), and a larger generation batch on the fastest of those. A configuration that fails
-is a row saying where, and the others still run. `compare` sets ours against the fastest that ran.
+process (the vLLM CPU build), and on the fastest of those a larger generation batch (`+gen2`) and each step's batch
+in two optimizer steps (`+mb2`, as ours). A configuration that fails is a row saying where, and the others still
+run. `compare` sets ours against the fastest that ran.
 
 Clock accounting (the same rule for both): time starts when the subprocess is launched, so it includes imports,
 model loading and service start-up, and the time spent on held-out evaluation is taken out.
@@ -255,10 +256,12 @@ class TrlConfig:
     bf16: bool = False
     vllm: bool = False
     steps_per_generation: int = 1
+    minibatches: int = 1  # optimizer steps per step's batch of 8 prompts x 8 (see `+mbN` below)
     system: str = ""
 
     def grpo_options(self) -> dict[str, Any]:
-        return {"bf16": self.bf16, "use_vllm": self.vllm, "steps_per_generation": self.steps_per_generation}
+        generation = self.steps_per_generation * self.minibatches
+        return {"bf16": self.bf16, "use_vllm": self.vllm, "steps_per_generation": generation}
 
 
 # Each one a user chasing speed on a CPU would turn on, the fp32 row kept as the baseline. GRPOConfig's own default
@@ -280,21 +283,28 @@ TRL_CONFIGS = {
 # 8 samples, but one generation call makes N steps' worth (8N prompts x 8) and the next N-1 steps train on that
 # store: N times fewer, N times larger generation batches (fewer decode passes for the same tokens), at the cost of
 # samples up to N-1 optimizer steps old (TRL then computes their old log-probs for the PPO ratio).
-# `fastest+genN`: on the fastest configuration (seconds per step) that ran before it in the same invocation.
-DEFAULT_TRL_CONFIGS = ("fp32", "bf16", "vllm-colocate", "fastest+gen2")
+# `BASE+mbN` (e.g. `bf16+mb2`): BASE training each step's 8 prompts x 8 in N optimizer steps of 64/N completions
+# (`per_device_train_batch_size=64/N`, `steps_per_generation=N`): TRL's counterpart of `trainer.mini_batch_size`.
+# A row's steps, step times and evaluations still count batches of 8 prompts x 8, N optimizer steps each.
+# `fastest+...`: on the fastest configuration (seconds per step) that ran before it in the same invocation.
+DEFAULT_TRL_CONFIGS = ("fp32", "bf16", "vllm-colocate", "fastest+gen2", "fastest+mb2")
 
 
 def trl_config(spec: str) -> TrlConfig:
     """The configuration a resolved spec names: a key of `TRL_CONFIGS`, optionally `+genN`."""
     base, _, extra = spec.partition("+")
-    if base not in TRL_CONFIGS or (extra and not (extra.startswith("gen") and extra[3:].isdigit())):
+    kind, n = extra.rstrip("0123456789"), extra[len(extra.rstrip("0123456789")) :]
+    if base not in TRL_CONFIGS or (extra and (kind not in ("gen", "mb") or not n or int(n) < 1)):
         known = ", ".join([*TRL_CONFIGS, "fastest"])
-        raise ValueError(f"TRL configuration {spec!r}: one of {known}, optionally followed by +genN (e.g. bf16+gen2)")
+        raise ValueError(
+            f"TRL configuration {spec!r}: one of {known}, optionally followed by +genN or +mbN (e.g. bf16+gen2)"
+        )
     config = TRL_CONFIGS[base]
     if not extra:
         return config
-    n = int(extra[3:])
-    return replace(config, steps_per_generation=n, system=f"{config.system}, steps_per_generation={n}")
+    if kind == "gen":
+        return replace(config, steps_per_generation=int(n), system=f"{config.system}, steps_per_generation={n}")
+    return replace(config, minibatches=int(n), system=f"{config.system}, {n} optimizer steps per batch")
 
 
 def _resolve(spec: str, done: list[dict[str, Any]]) -> str:
@@ -454,8 +464,8 @@ def _trl_train(
         use_cpu=True,
         **config.grpo_options(),
         **vllm_options,
-        max_steps=steps,
-        per_device_train_batch_size=prompts_per_step * group,  # completions per optimizer step
+        max_steps=steps * config.minibatches,
+        per_device_train_batch_size=prompts_per_step * group // config.minibatches,  # completions per optimizer step
         gradient_accumulation_steps=1,
         num_generations=group,
         max_completion_length=max_new,
@@ -500,20 +510,24 @@ def _trl_train(
         def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             evaluate(0, kw["model"])
 
+        # A step is a batch of 8 prompts x 8: `config.minibatches` optimizer steps (TRL's `global_step`).
         def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            self.began = time.perf_counter()
+            if state.global_step % config.minibatches == 0:
+                self.began = time.perf_counter()
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            done, rest = divmod(state.global_step, config.minibatches)
+            if rest:
+                return
             record["step_seconds"].append(time.perf_counter() - self.began)
             record.setdefault("step_clock", []).append(clock())
-            if state.global_step % EVAL_INTERVAL == 0 or state.global_step == steps:
-                evaluate(state.global_step, kw["model"])
+            if done % EVAL_INTERVAL == 0 or done == steps:
+                evaluate(done, kw["model"])
 
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
             if logs and "reward" in logs:
-                record["rewards"].append(
-                    {"step": state.global_step, "reward_mean": float(logs["reward"]), "clock_seconds": clock()}
-                )
+                step = state.global_step / config.minibatches
+                record["rewards"].append({"step": step, "reward_mean": float(logs["reward"]), "clock_seconds": clock()})
             # With vLLM: how far its sampling log-probs sit from the trainer's (stale weights would show here).
             sampling = {k: float(v) for k, v in (logs or {}).items() if k.startswith("sampling/")}
             if sampling:

@@ -66,6 +66,21 @@ def test_fastest_plus_generation_batching_lands_on_the_fastest_base_that_ran() -
     assert trl_config("bf16+gen2").grpo_options() == {"bf16": True, "use_vllm": False, "steps_per_generation": 2}
 
 
+def test_minibatches_split_each_batch_into_optimizer_steps_over_one_generation() -> None:
+    done: list[dict[str, Any]] = [{"config": "bf16", "seconds_per_step": 25.0}]
+    assert _resolve("fastest+mb2", done) == "bf16+mb2"
+    config = trl_config("bf16+mb2")
+    # one generation of the step's 64 completions feeds both optimizer steps of 32
+    assert config.minibatches == 2 and config.steps_per_generation == 1
+    assert config.grpo_options() == {"bf16": True, "use_vllm": False, "steps_per_generation": 2}
+
+
+@pytest.mark.parametrize("spec", ["bf16+mb0", "bf16+mb", "bf16+gen", "bf16+foo2"])
+def test_a_malformed_suffix_is_refused(spec: str) -> None:
+    with pytest.raises(ValueError, match=r"\+genN or \+mbN"):
+        trl_config(spec)
+
+
 def test_fastest_with_nothing_run_before_it_is_an_error() -> None:
     with pytest.raises(ValueError, match="no configuration before it ran"):
         _resolve("fastest+gen2", [{"config": "vllm-colocate", "failed": "..."}])

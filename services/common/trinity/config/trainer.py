@@ -65,10 +65,6 @@ class _TrainerSection(_Section):
     command_timeout_s: float = Field(default=1800.0, gt=0, description="limit on one train step, save or export")
     collective_timeout_s: float = Field(default=600.0, gt=0, description="torch.distributed collective timeout")
 
-    def single_update(self, samples: int) -> bool:
-        """Whether a train step of `samples` experiences makes one optimizer update (one epoch, one mini-batch)."""
-        return self.ppo_epochs == 1 and (self.mini_batch_size or samples) >= samples
-
 
 class TorchTrainerConfig(_TrainerSection):
     """The PyTorch backend (`trinity.trainer.torch_backend`): one process, or FSDP2 over `data_parallel_size` ranks."""

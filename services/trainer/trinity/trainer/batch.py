@@ -212,6 +212,19 @@ def to_samples(
     return samples
 
 
+def plan_updates(n: int, mini_batch_size: int | None, epochs: int, generator: torch.Generator) -> list[list[int]]:
+    """A train step's optimizer updates over `n` samples, in order: per epoch, the batch shuffled and split into
+    mini-batches of `mini_batch_size` (the whole batch, unshuffled, when that covers it), one update each."""
+    size = mini_batch_size or n
+    if size >= n:
+        return [list(range(n)) for _ in range(epochs)]
+    updates: list[list[int]] = []
+    for _ in range(epochs):
+        order = torch.randperm(n, generator=generator).tolist()
+        updates.extend(order[i : i + size] for i in range(0, n, size))
+    return updates
+
+
 def group_by_prompt(items: Sequence[tuple[tuple[int, ...], int]], budget: int) -> list[tuple[list[int], int]]:
     """Indices of `items` (prompt, tokens the item adds after that prompt) grouped by shared prompt, in
     order, with each group's row length. A group grows while its row (the prompt once, then every

@@ -16,7 +16,7 @@ the layout the library's `dpo` loss expects.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, NamedTuple, Protocol
 
 import torch
@@ -124,6 +124,30 @@ def _teacher_logprobs(forward: PolicyForward, rows: list[TokenSequence], full: T
     return forward.forward_rows(rows, "teacher")
 
 
+def first_update_only(updates: Sequence[Sequence[int]]) -> list[int]:
+    """The samples of a step's first update that no later update of the step trains again."""
+    if not updates:
+        return []
+    later = {i for update in updates[1:] for i in update}
+    return [i for i in updates[0] if i not in later]
+
+
+def _policy_logprobs(
+    forward: PolicyForward, rows: list[TokenSequence], own: set[int], width: int
+) -> torch.Tensor | None:
+    """The policy's log-probs of every row not in `own` (`[rows, width]`, those rows left zero); None when every
+    row is in `own`."""
+    rest = [r for r in range(len(rows)) if r not in own]
+    if not rest:
+        return None
+    if not own:
+        return forward.forward_rows(rows, "policy")
+    computed = forward.forward_rows([rows[r] for r in rest], "policy")
+    old = torch.zeros((len(rows), width), dtype=computed.dtype, device=computed.device)
+    old[rest, : computed.shape[1]] = computed
+    return old
+
+
 def build_objective(
     forward: PolicyForward,
     alg: AlgorithmParts,
@@ -131,14 +155,15 @@ def build_objective(
     *,
     step: int,
     recompute_old_logprobs: bool = False,
-    single_update: bool = False,
+    updates: Sequence[Sequence[int]] = (),
     critic: CriticTerm | None = None,
 ) -> tuple[MicroObjective, dict[str, float]]:
     """The objective of one train step on `samples` (the policy's `step`-th update), and its batch metrics.
 
     Old log-probs are the sampler's unless a row lacks them or `recompute_old_logprobs` is set; then
-    the policy's own, before the step's first update. When the step makes a `single_update` (one epoch, one
-    mini-batch) those are the log-probs of the update's own forward pass, detached: no extra pass. Teacher
+    the policy's own, before the step's first update. `updates` is the step's plan (`plan_updates`): the samples
+    that only its first update trains take those from that update's own forward pass, detached, so a step of one
+    update needs no extra pass and one of N mini-batches a pass over the other N-1 only. Teacher
     log-probs (distillation) are the experiences' own when every row has them, else one teacher pass here: once
     per experience, since a step trains each experience once and its epochs reuse what is prepared here.
     """
@@ -156,20 +181,22 @@ def build_objective(
         return [r for i in idx for r in row_index[i]]
 
     ref = forward.forward_rows(rows, "reference") if alg.needs_reference else None
-    old: torch.Tensor | None = None  # None in the objective: the update's own log-probs, detached
+    old: torch.Tensor | None = None  # the old log-probs of every row not in `own_old`
+    own_old: set[int] = set()  # rows whose old log-probs are their update's own, detached
     sampler = full.old_logprobs if all(r.old_logprobs is not None for r in rows) else None
     values = returns = advantages = None
     if alg.data_kind == "rollout":
         if sampler is None or recompute_old_logprobs:
             # Needed before the update: in a reward's KL penalty, or as an advantage input.
             needed_now = alg.kl_penalty is not None or _advantage_reads(alg, "old_logprobs")
-            old = None if single_update and not needed_now else forward.forward_rows(rows, "policy")
+            own_old = set() if needed_now else set(rows_for(first_update_only(updates)))
+            old = _policy_logprobs(forward, rows, own_old, mask.shape[1])
         else:
             old = sampler
         if critic is not None:
             values = forward.forward_rows(rows, "critic")
         teacher = _teacher_logprobs(forward, rows, full) if alg.needs_teacher else None
-        policy_now = old if old is not None else sampler
+        policy_now = old if old is not None and not own_old else sampler
         if teacher is not None and policy_now is not None:
             prep["teacher_kl"] = float(masked_mean(policy_now - teacher, mask))  # sampled KL(policy || teacher)
         rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
@@ -189,7 +216,7 @@ def build_objective(
         optional = {
             "values": values,
             "token_rewards": token_rewards,
-            "old_logprobs": old,
+            "old_logprobs": None if own_old else old,
             "ref_logprobs": ref,
             "teacher_logprobs": teacher,
         }
@@ -230,7 +257,7 @@ def build_objective(
 
         loss, m = alg.policy_loss(
             logprobs=logp,
-            old_logprobs=sl(old) if old is not None else logp.detach(),
+            old_logprobs=logp.detach() if mb_rows[0] in own_old else sl(old),
             advantages=sl(advantages) if advantages is not None else torch.zeros_like(logp),
             mask=mb.mask,
             ref_logprobs=sl(ref),

@@ -35,6 +35,7 @@ from trinity.trainer.batch import (
     collate,
     filter_experiences,
     max_seq_len,
+    plan_updates,
     to_samples,
 )
 from trinity.trainer.kl_control import KLCoefficient
@@ -286,9 +287,10 @@ class TorchBackend(PolicyForward):
         metrics.update({"staleness/mean": sum(staleness) / len(staleness), "staleness/max": float(max(staleness))})
 
         metrics["kl_coef"] = self.kl.value
-        objective, prep = self._objective(samples)
+        updates = plan_updates(len(samples), self.trainer.mini_batch_size, self.trainer.ppo_epochs, self.generator)
+        objective, prep = self._objective(samples, updates)
         metrics.update(prep)
-        metrics.update(self._optimize(samples, objective))
+        metrics.update(self._optimize(samples, objective, updates))
         self.kl.update(metrics, len(samples))
 
         self.state.step += 1
@@ -314,25 +316,17 @@ class TorchBackend(PolicyForward):
             self.save_checkpoint()
         return metrics
 
-    def _mini_batches(self, n: int) -> list[list[int]]:
-        size = self.trainer.mini_batch_size or n
-        if size >= n:
-            return [list(range(n))]
-        order = torch.randperm(n, generator=self.generator).tolist()
-        return [order[i : i + size] for i in range(0, n, size)]
-
-    def _optimize(self, samples: list[Sample], objective: MicroObjective) -> dict[str, float]:
-        """PPO epochs x mini-batches of optimizer updates; gradients accumulate over micro-batches."""
+    def _optimize(self, samples: list[Sample], objective: MicroObjective, updates: list[list[int]]) -> dict[str, float]:
+        """One optimizer update per entry of `updates` (`plan_updates`); gradients accumulate over micro-batches."""
         sums: dict[str, float] = {}
         weights: dict[str, float] = {}
         norms: list[float] = []
         lr = float(self.optimizer.param_groups[0]["lr"])  # the scheduled rate, a steered base included
         self.policy.train()
-        for _ in range(self.trainer.ppo_epochs):
-            for mini in self._mini_batches(len(samples)):
-                self.optimizer.zero_grad(set_to_none=True)
-                self._accumulate(samples, objective, mini, sums, weights)
-                norms.append(self._clip_and_step())
+        for mini in updates:
+            self.optimizer.zero_grad(set_to_none=True)
+            self._accumulate(samples, objective, mini, sums, weights)
+            norms.append(self._clip_and_step())
         out = merge_weighted(sums, weights, self.ranks)
         out.update({"grad_norm": sum(norms) / len(norms), "lr": lr, "updates": float(len(norms))})
         return out
@@ -363,14 +357,15 @@ class TorchBackend(PolicyForward):
     def compute_gradients(self, experiences: Sequence[common_pb2.Experience]) -> dict[str, float]:
         """Leave the gradient of the whole batch's loss in `.grad` without an update (diagnostics, tests)."""
         samples = to_samples(experiences, self.tokenizer, max_seq_len=self.max_seq_len)
-        objective, _ = self._objective(samples)
+        everything = list(range(len(samples)))
+        objective, _ = self._objective(samples, [everything])
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {}
         weights: dict[str, float] = {}
-        self._accumulate(samples, objective, list(range(len(samples))), sums, weights)
+        self._accumulate(samples, objective, everything, sums, weights)
         return merge_weighted(sums, weights, self.ranks)
 
-    def _objective(self, samples: list[Sample]) -> tuple[MicroObjective, dict[str, float]]:
+    def _objective(self, samples: list[Sample], updates: list[list[int]]) -> tuple[MicroObjective, dict[str, float]]:
         critic = CriticTerm(self.critic, self.trainer.value_loss_coef) if self.critic is not None else None
         return build_objective(
             self,
@@ -378,7 +373,7 @@ class TorchBackend(PolicyForward):
             samples,
             step=self.step,
             recompute_old_logprobs=self.trainer.recompute_old_logprobs,
-            single_update=self.trainer.single_update(len(samples)),
+            updates=updates,
             critic=critic,
         )
 

@@ -35,6 +35,7 @@ from trinity.trainer.batch import (
     filter_experiences,
     max_seq_len,
     plan_micro_batches,
+    plan_updates,
     to_samples,
 )
 from trinity.trainer.checkpoint import TrainState, publish, resolve
@@ -236,16 +237,17 @@ class MegatronEngine:
         staleness = [self.state.step - s.model_version for s in samples]
         metrics.update({"staleness/mean": sum(staleness) / len(staleness), "staleness/max": float(max(staleness))})
         forward = MegatronForward(self)
+        updates = plan_updates(len(samples), self.trainer.mini_batch_size, self.trainer.ppo_epochs, self.generator)
         objective, prep = build_objective(
             forward,
             self.algorithm,
             samples,
             step=self.state.step,
             recompute_old_logprobs=self.trainer.recompute_old_logprobs,
-            single_update=self.trainer.single_update(len(samples)),
+            updates=updates,
         )
         metrics.update(prep)
-        metrics.update(self._optimize(samples, objective, forward))
+        metrics.update(self._optimize(samples, objective, forward, updates))
         self.state.step += 1
         self.state.model_version += 1
         new_ids = [s.id for s in samples if s.id]
@@ -265,30 +267,24 @@ class MegatronEngine:
         )
         return metrics
 
-    def _mini_batches(self, n: int) -> list[list[int]]:
-        size = self.trainer.mini_batch_size or n
-        if size >= n:
-            return [list(range(n))]
-        order = torch.randperm(n, generator=self.generator).tolist()
-        return [order[i : i + size] for i in range(0, n, size)]
-
-    def _optimize(self, samples: list[Sample], objective: MicroObjective, forward: MegatronForward) -> dict[str, float]:
+    def _optimize(
+        self, samples: list[Sample], objective: MicroObjective, forward: MegatronForward, updates: list[list[int]]
+    ) -> dict[str, float]:
         sums: dict[str, float] = {}
         weights: dict[str, float] = {}
         norms: list[float] = []
         lr = self.trainer.optimizer.lr * self.schedule_factor(self.updates)
         self.model.train()
-        for _ in range(self.trainer.ppo_epochs):
-            for mini in self._mini_batches(len(samples)):
-                self.model.zero_grad_buffer()
-                self.optimizer.zero_grad()
-                micros = self._train_micros(samples, mini, objective, forward, sums, weights)
-                self._run_schedule(micros, self.model, forward_only=False)
-                for group in self.optimizer.param_groups:
-                    group["lr"] = self.trainer.optimizer.lr * self.schedule_factor(self.updates)
-                _, grad_norm, _ = self.optimizer.step()
-                norms.append(float(grad_norm) if grad_norm is not None else 0.0)
-                self.updates += 1
+        for mini in updates:
+            self.model.zero_grad_buffer()
+            self.optimizer.zero_grad()
+            micros = self._train_micros(samples, mini, objective, forward, sums, weights)
+            self._run_schedule(micros, self.model, forward_only=False)
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.trainer.optimizer.lr * self.schedule_factor(self.updates)
+            _, grad_norm, _ = self.optimizer.step()
+            norms.append(float(grad_norm) if grad_norm is not None else 0.0)
+            self.updates += 1
         # Every rank joins the gather; the reporting rank of each replica brings that replica's sums.
         mine: tuple[dict[str, float], dict[str, float]] = (sums, weights) if self.reports else ({}, {})
         out = merge_weighted(*mine, Ranks.current())
