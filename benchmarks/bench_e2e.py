@@ -43,6 +43,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -293,15 +294,16 @@ DEFAULT_TRL_CONFIGS = ("fp32", "bf16", "vllm-colocate", "fastest+gen2", "fastest
 def trl_config(spec: str) -> TrlConfig:
     """The configuration a resolved spec names: a key of `TRL_CONFIGS`, optionally `+genN`."""
     base, _, extra = spec.partition("+")
-    kind, n = extra.rstrip("0123456789"), extra[len(extra.rstrip("0123456789")) :]
-    if base not in TRL_CONFIGS or (extra and (kind not in ("gen", "mb") or not n or int(n) < 1)):
+    suffix = re.fullmatch(r"(gen|mb)([1-9]\d*)", extra)
+    if base not in TRL_CONFIGS or (extra and suffix is None):
         known = ", ".join([*TRL_CONFIGS, "fastest"])
         raise ValueError(
             f"TRL configuration {spec!r}: one of {known}, optionally followed by +genN or +mbN (e.g. bf16+gen2)"
         )
     config = TRL_CONFIGS[base]
-    if not extra:
+    if suffix is None:
         return config
+    kind, n = suffix.groups()
     if kind == "gen":
         return replace(config, steps_per_generation=int(n), system=f"{config.system}, steps_per_generation={n}")
     return replace(config, minibatches=int(n), system=f"{config.system}, {n} optimizer steps per batch")

@@ -140,9 +140,9 @@ def _policy_logprobs(
     rest = [r for r in range(len(rows)) if r not in own]
     if not rest:
         return None
-    if not own:
-        return forward.forward_rows(rows, "policy")
     computed = forward.forward_rows([rows[r] for r in rest], "policy")
+    if not own:
+        return computed
     old = torch.zeros((len(rows), width), dtype=computed.dtype, device=computed.device)
     old[rest, : computed.shape[1]] = computed
     return old
@@ -257,6 +257,7 @@ def build_objective(
 
         loss, m = alg.policy_loss(
             logprobs=logp,
+            # a micro-batch lies inside one update, so its rows are all in `own_old` or none is
             old_logprobs=logp.detach() if mb_rows[0] in own_old else sl(old),
             advantages=sl(advantages) if advantages is not None else torch.zeros_like(logp),
             mask=mb.mask,
