@@ -202,7 +202,7 @@ def gemm_peak(gemms: list[Gemm], sweeps: list[dict[str, list[float]]]) -> dict[s
     return out
 
 
-def _quickstart_config(model_path: str, autocast: bool) -> Any:
+def quickstart_config(model_path: str, autocast: bool) -> Any:
     from trinity.config import RunConfig
     from trinity.config.run import load_config_yaml
 
@@ -214,10 +214,10 @@ def _quickstart_config(model_path: str, autocast: bool) -> Any:
     return RunConfig.model_validate(data)
 
 
-def _prompt_ids(tokenizer: Any, questions: list[str]) -> list[list[int]]:
+def prompt_ids(tokenizer: Any, texts: list[str]) -> list[list[int]]:
     """The explorer's prompt tokens (`Engine.encode_prompt` of a one-message chat)."""
     out = []
-    for q in questions:
+    for q in texts:
         text = tokenizer.apply_chat_template(
             [{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True
         )
@@ -225,12 +225,12 @@ def _prompt_ids(tokenizer: Any, questions: list[str]) -> list[list[int]]:
     return out
 
 
-def _questions(n: int) -> list[str]:
+def questions(n: int) -> list[str]:
     rows = [json.loads(line) for line in (QUICKSTART / "train.jsonl").read_text().splitlines() if line.strip()]
     return [r["question"] for r in rows[:n]]
 
 
-def _batch(prompts: list[list[int]], group: int, resp_len: int, vocab: int, step: int, version: int) -> list[Any]:
+def train_batch(prompts: list[list[int]], group: int, resp_len: int, vocab: int, step: int, version: int) -> list[Any]:
     """A quickstart train batch: every prompt `group` times, full-length random responses, mixed rewards."""
     import torch
 
@@ -260,14 +260,14 @@ def _train_step(model_path: str, dtype: str, repeats: int) -> dict[str, Any]:
 
     from trinity.trainer.torch_backend import TorchBackend
 
-    config = _quickstart_config(model_path, autocast=dtype == "bfloat16")
+    config = quickstart_config(model_path, autocast=dtype == "bfloat16")
     backend = TorchBackend(config)
-    prompts = _prompt_ids(backend.hf_tokenizer, _questions(config.buffer.batch_size))
+    prompts = prompt_ids(backend.hf_tokenizer, questions(config.buffer.batch_size))
     vocab = int(backend.hf_tokenizer.vocab_size)
 
     def step() -> tuple[float, dict[str, float]]:
         group, length = config.algorithm.repeat_times, config.model.max_response_tokens
-        b = _batch(prompts, group, length, vocab, backend.step, backend.model_version)
+        b = train_batch(prompts, group, length, vocab, backend.step, backend.model_version)
         start = time.perf_counter()
         metrics = backend.train_step(b)
         return time.perf_counter() - start, metrics
@@ -382,7 +382,7 @@ def measure(quick: bool) -> dict[str, Any]:
     model_config = AutoConfig.from_pretrained(model_path)
     repeats = 3 if quick else 7
     squares = (512, 1024, 2048) if quick else (512, 1024, 2048, 3072, 4096)
-    train_config = _quickstart_config(model_path, autocast=False)
+    train_config = quickstart_config(model_path, autocast=False)
     tokens = train_config.trainer.micro_batch_tokens  # the most a train micro-batch holds
     group = train_config.algorithm.repeat_times
     sequences = train_config.buffer.batch_size * group  # one decode step of the whole batch
@@ -406,7 +406,7 @@ def measure(quick: bool) -> dict[str, Any]:
 
     from transformers import AutoTokenizer
 
-    prompts = _prompt_ids(AutoTokenizer.from_pretrained(model_path), _questions(train_config.buffer.batch_size))
+    prompts = prompt_ids(AutoTokenizer.from_pretrained(model_path), questions(train_config.buffer.batch_size))
     rates = {d: [r["gflops"] for r in peak[d]["rows"][-len(decode_gemms) :]] for d in DTYPES}
     ceiling = {d: decode_ceiling(decode_gemms, rates[d], peak[d]["peak_gflops"]) for d in DTYPES}
     decode = {}

@@ -1,0 +1,66 @@
+"""The arithmetic of bench_compile's and bench_memory_floor's summaries (their measurements need the real model)."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import bench_compile, bench_memory_floor
+
+
+def _mode(first: float, median: float, grad_norm: float = 1.0) -> dict:
+    return {"first_step_seconds": first, "step_seconds_median": median, "first_step_metrics": {"grad_norm": grad_norm}}
+
+
+def test_compiling_pays_after_its_overhead_over_the_seconds_it_saves_per_step():
+    modes = {"eager": _mode(8.0, 6.0), "compiled_cold": _mode(128.0, 5.0), "compiled_warm": _mode(38.0, 4.0)}
+    out = bench_compile.summary(modes)
+    assert out["compiled_cold"]["speedup"] == pytest.approx(1.2)
+    assert out["compiled_cold"]["compile_overhead_seconds"] == pytest.approx(120.0)
+    assert out["compiled_cold"]["steps_to_break_even"] == pytest.approx(120.0)
+    assert out["compiled_warm"]["steps_to_break_even"] == pytest.approx(15.0)
+
+
+def test_a_compiled_step_no_faster_than_eager_never_breaks_even():
+    modes = {"eager": _mode(8.0, 6.0), "compiled_cold": _mode(60.0, 6.5), "compiled_warm": _mode(20.0, 6.0)}
+    out = bench_compile.summary(modes)
+    assert out["compiled_cold"]["steps_to_break_even"] is None
+    assert out["compiled_warm"]["steps_to_break_even"] is None
+
+
+def test_metric_differences_are_relative_and_only_over_metrics_both_report():
+    eager = {"grad_norm": 2.0, "entropy": 0.5, "tokens": 10.0}
+    other = {"grad_norm": 2.2, "tokens": 99.0}
+    assert bench_compile.metric_differences(eager, other) == pytest.approx({"grad_norm": 0.1})
+
+
+def _e2e() -> dict:
+    return {
+        "when": "2026-12-03T08:36:00Z",
+        "ours": {
+            "peak_rss_mb": 6000.0,
+            "memory": {
+                "at_peak_mb": {
+                    "trinity.runtime.serve trainer": 4000.0,
+                    "trinity.runtime.serve explorer": 1800.0,
+                    "trinity.runtime.serve buffer": 80.0,
+                    "redis-server": 20.0,
+                }
+            },
+        },
+        "comparison": {"trl_configuration": "bf16+mb2"},
+        "table": [{"config": "ours", "peak_rss_mb": 6000.0}, {"config": "bf16+mb2", "peak_rss_mb": 6600.0}],
+    }
+
+
+def test_the_floor_adds_the_rest_of_the_stack_and_is_measured_against_half_the_fastest_trl():
+    parts = {"trainer": {"+ AdamW moments": 2500.0}, "explorer": {"engine built": 1500.0}}
+    out = bench_memory_floor.floor(parts, _e2e())
+    assert out["rest_of_stack_mb"] == pytest.approx(100.0)  # every role but the two services
+    assert out["floor_mb"] == pytest.approx(4100.0)
+    assert out["goal_mb"] == pytest.approx(3300.0)
+    assert out["floor_over_goal"] == pytest.approx(4100.0 / 3300.0)
+
+
+def test_without_an_e2e_run_the_floor_is_the_two_parts_only():
+    parts = {"trainer": {"+ AdamW moments": 2500.0}, "explorer": {"engine built": 1500.0}}
+    assert bench_memory_floor.floor(parts, None) == {"trainer_mb": 2500.0, "explorer_mb": 1500.0}
