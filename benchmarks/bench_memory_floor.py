@@ -4,7 +4,9 @@
 
 Each part runs in its own child process (a fresh RSS), SmolLM2-135M-Instruct, the quickstart config:
 - `trainer`: the imports, the fp32 model, its gradients and one fused AdamW step (two fp32 moments): the state any
-  fp32-AdamW trainer holds (TRL's too), with no activations, no gRPC and no service around it;
+  fp32-AdamW trainer holds (TRL's too), with no activations, no gRPC and no service around it. Its floor is the
+  imports' RSS plus 16 bytes per parameter (the RSS after one step is reported too: it can miss pages that later
+  steps write);
 - `explorer`: the imports, then the run's engine (`build_engine`: vLLM, bf16 weights, the quickstart's KV cache),
   before any request and before a staged copy of the next weights.
 The floor is their sum plus the rest of the stack (gateway, buffer, CLI, Redis) at the peak of the last e2e run
@@ -30,6 +32,7 @@ from benchmarks.common import RESULTS, write_result
 
 PARTS = ("trainer", "explorer")
 MB = 2**20
+TRAIN_STATE_BYTES_PER_PARAMETER = 16  # fp32 weight, its gradient and AdamW's two fp32 moments
 SERVICES = ("trinity.runtime.serve trainer", "trinity.runtime.serve explorer")
 
 
@@ -72,8 +75,11 @@ def _explorer() -> dict[str, float]:
 
 def floor(parts: Mapping[str, Mapping[str, float]], e2e: Mapping[str, Any] | None) -> dict[str, Any]:
     """The stack's floor from the parts' last phases, against the e2e run's peak and memory goal."""
+    trainer = parts["trainer"]
     out: dict[str, Any] = {
-        "trainer_mb": parts["trainer"]["+ AdamW moments"],
+        # The bytes the training state must hold once every step has written it, on top of the imports: an RSS
+        # reading right after one step can miss pages not yet written (mmapped weights, untouched zero pages).
+        "trainer_mb": trainer["imports"] + trainer["parameters"] * TRAIN_STATE_BYTES_PER_PARAMETER / MB,
         "explorer_mb": parts["explorer"]["engine built"],
     }
     if e2e is None:

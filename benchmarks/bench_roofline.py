@@ -253,6 +253,21 @@ def train_batch(prompts: list[list[int]], group: int, resp_len: int, vocab: int,
     ]
 
 
+def quickstart_stepper(backend: Any, config: Any) -> Callable[[], tuple[float, dict[str, float]]]:
+    """A function that trains `backend` one step on a fresh quickstart batch: (seconds, the step's metrics)."""
+    prompts = prompt_ids(backend.hf_tokenizer, questions(config.buffer.batch_size))
+    vocab = int(backend.hf_tokenizer.vocab_size)
+
+    def step() -> tuple[float, dict[str, float]]:
+        group, length = config.algorithm.repeat_times, config.model.max_response_tokens
+        batch = train_batch(prompts, group, length, vocab, backend.step, backend.model_version)
+        start = time.perf_counter()
+        metrics = backend.train_step(batch)
+        return time.perf_counter() - start, metrics
+
+    return step
+
+
 def _train_step(model_path: str, dtype: str, repeats: int) -> dict[str, Any]:
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -262,16 +277,7 @@ def _train_step(model_path: str, dtype: str, repeats: int) -> dict[str, Any]:
 
     config = quickstart_config(model_path, autocast=dtype == "bfloat16")
     backend = TorchBackend(config)
-    prompts = prompt_ids(backend.hf_tokenizer, questions(config.buffer.batch_size))
-    vocab = int(backend.hf_tokenizer.vocab_size)
-
-    def step() -> tuple[float, dict[str, float]]:
-        group, length = config.algorithm.repeat_times, config.model.max_response_tokens
-        b = train_batch(prompts, group, length, vocab, backend.step, backend.model_version)
-        start = time.perf_counter()
-        metrics = backend.train_step(b)
-        return time.perf_counter() - start, metrics
-
+    step = quickstart_stepper(backend, config)
     with FlopCounterMode(display=False) as counter:  # also the warm-up step
         step()
     flops = split_flops({str(op): n for op, n in counter.get_flop_counts()["Global"].items()})
@@ -286,7 +292,7 @@ def _train_step(model_path: str, dtype: str, repeats: int) -> dict[str, Any]:
     top = sorted(events, key=lambda e: -e.self_cpu_time_total)[:10]
     return {
         "autocast": dtype == "bfloat16",
-        "experiences": len(prompts) * config.algorithm.repeat_times,
+        "experiences": config.buffer.batch_size * config.algorithm.repeat_times,
         "sequence_tokens": metrics["tokens"],  # prompt + response of every experience, as the backend counts
         "step_seconds": seconds,
         "step_seconds_all": times,
