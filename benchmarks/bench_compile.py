@@ -20,17 +20,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_roofline import THREADS, quickstart_config, quickstart_stepper
-from benchmarks.common import write_result
+from benchmarks.common import run_child, write_result
 
 MODES = ("eager", "compiled_cold", "compiled_warm")
 # First-step metrics compared against eager's: bf16 autocast and a different kernel order move them a little. Not
@@ -99,40 +96,35 @@ def summary(modes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _child(mode: str, steps: int, cache: Path) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="bench-compile-") as tmp:
-        out = Path(tmp) / "result.json"
-        env = {
-            **os.environ,
-            "OMP_NUM_THREADS": str(THREADS),
-            "TOKENIZERS_PARALLELISM": "false",
-            "TORCHINDUCTOR_CACHE_DIR": str(cache),
-        }
-        cmd = [sys.executable, "-m", "benchmarks.bench_compile", "--child", mode, "--steps", str(steps), str(out)]
-        subprocess.run(cmd, env=env, check=True, cwd=Path(__file__).resolve().parent.parent)
-        return json.loads(out.read_text())
+def check_same_training(rows: Mapping[str, Mapping[str, Any]]) -> None:
+    """Refuse a summary whose compiled modes' first steps differ from eager's beyond `METRIC_TOLERANCE` (or share
+    no checked metric with it): their times would be those of a different computation."""
+    for name, row in rows.items():
+        differences = row["first_step_metric_differences"]
+        bad = {k: v for k, v in differences.items() if v > METRIC_TOLERANCE}
+        if bad or not differences:
+            raise AssertionError(f"{name} trains differently from eager (relative differences {bad or 'none'})")
 
 
 def run(quick: bool = False) -> dict[str, Any]:
     steps = 3 if quick else 6
     with tempfile.TemporaryDirectory(prefix="bench-compile-inductor-") as cache:
-        modes = {mode: _child(mode, steps, Path(cache)) for mode in MODES}  # cold fills the cache warm reads
+        args = {mode: ["--child", mode, "--steps", str(steps)] for mode in MODES}
+        env = {"TORCHINDUCTOR_CACHE_DIR": cache}  # the cold child fills it, the warm child reads it
+        modes = {mode: run_child("benchmarks.bench_compile", args[mode], THREADS, env) for mode in MODES}
     rows = summary(modes)
     result = {"threads": THREADS, "timed_steps": steps, "modes": modes, "summary": rows}
     write_result("compile_quick" if quick else "compile", result)  # kept even when the check below fails
-    for name, row in rows.items():
-        bad = {k: v for k, v in row["first_step_metric_differences"].items() if v > METRIC_TOLERANCE}
-        if bad or not row["first_step_metric_differences"]:
-            raise AssertionError(f"{name} trains differently from eager (relative differences {bad or 'none'})")
+    check_same_training(rows)
     return result
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer timed steps")
-    parser.add_argument("--child", metavar="MODE", choices=MODES, help=argparse.SUPPRESS)  # one measuring process
-    parser.add_argument("--steps", type=int, default=6, help=argparse.SUPPRESS)
-    parser.add_argument("out", nargs="?", help=argparse.SUPPRESS)
+    parser.add_argument("--child", metavar="MODE", choices=MODES, help="measure one mode in this process only")
+    parser.add_argument("--steps", type=int, default=6, help="with --child: steps timed after the first")
+    parser.add_argument("out", nargs="?", help="with --child: the JSON file to write")
     args = parser.parse_args()
     if args.child:
         Path(args.out).write_text(json.dumps(measure(args.child, args.steps)))

@@ -19,16 +19,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_roofline import THREADS, quickstart_config
-from benchmarks.common import RESULTS, write_result
+from benchmarks.common import RESULTS, run_child, write_result
 
 PARTS = ("trainer", "explorer")
 MB = 2**20
@@ -98,18 +94,9 @@ def floor(parts: Mapping[str, Mapping[str, float]], e2e: Mapping[str, Any] | Non
     return out
 
 
-def _child(part: str) -> dict[str, float]:
-    with tempfile.TemporaryDirectory(prefix="bench-memory-floor-") as tmp:
-        out = Path(tmp) / "result.json"
-        env = {**os.environ, "OMP_NUM_THREADS": str(THREADS), "TOKENIZERS_PARALLELISM": "false"}
-        cmd = [sys.executable, "-m", "benchmarks.bench_memory_floor", "--child", part, str(out)]
-        subprocess.run(cmd, env=env, check=True, cwd=Path(__file__).resolve().parent.parent)
-        return json.loads(out.read_text())
-
-
 def run(quick: bool = False) -> dict[str, Any]:
     del quick  # two model loads: nothing to shorten
-    parts = {part: _child(part) for part in PARTS}
+    parts = {part: run_child("benchmarks.bench_memory_floor", ["--child", part], THREADS) for part in PARTS}
     e2e_path = RESULTS / "e2e.json"
     e2e = json.loads(e2e_path.read_text()) if e2e_path.exists() else None
     result = {"parts": parts, "summary": floor(parts, e2e)}

@@ -28,17 +28,13 @@ import argparse
 import gc
 import json
 import math
-import os
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import write_result
+from benchmarks.common import run_child, write_result
 
 QUICKSTART = Path(__file__).resolve().parent.parent / "examples" / "quickstart"
 THREADS = 2
@@ -466,12 +462,7 @@ def summary(result: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="bench-roofline-") as tmp:
-        out = Path(tmp) / "result.json"
-        cmd = [sys.executable, "-m", "benchmarks.bench_roofline", "--child", str(out)] + (["--quick"] if quick else [])
-        env = {**os.environ, "OMP_NUM_THREADS": str(THREADS), "TOKENIZERS_PARALLELISM": "false"}
-        subprocess.run(cmd, env=env, check=True, cwd=Path(__file__).resolve().parent.parent)
-        result = json.loads(out.read_text())
+    result = run_child("benchmarks.bench_roofline", [*(["--quick"] if quick else []), "--child"], THREADS)
     result["summary"] = summary(result)
     write_result("roofline_quick" if quick else "roofline", result)
     return result

@@ -1,11 +1,15 @@
-"""Shared helpers: percentiles, result files, machine description."""
+"""Shared helpers: percentiles, result files, machine description, measuring child processes."""
 
 from __future__ import annotations
 
 import json
 import os
 import platform
+import subprocess
+import sys
+import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,3 +35,15 @@ def write_result(name: str, result: dict[str, Any]) -> Path:
     payload.update(result)
     path.write_text(json.dumps(payload, indent=2) + "\n")
     return path
+
+
+def run_child(module: str, args: Sequence[str], threads: int, env: Mapping[str, str] | None = None) -> Any:
+    """`python -m module *args OUT` in a fresh process from the repository root on `threads` OpenMP threads, and
+    the JSON it wrote to OUT. A fresh process gives a measurement its own RSS, caches and thread binding (an
+    in-process vLLM engine pins the threads for the rest of its process)."""
+    with tempfile.TemporaryDirectory(prefix=f"{module.rsplit('.', 1)[-1]}-") as tmp:
+        out = Path(tmp) / "result.json"
+        child_env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false", **(env or {})}
+        command = [sys.executable, "-m", module, *args, str(out)]
+        subprocess.run(command, env=child_env, check=True, cwd=Path(__file__).resolve().parent.parent)
+        return json.loads(out.read_text())

@@ -17,13 +17,14 @@ def _mode(first: float, steps: list[float], grad_norm: float = 1.0) -> dict:
     }
 
 
+def _summary(eager: tuple, cold: tuple, warm: tuple) -> dict:
+    """bench_compile's summary of three modes, each (first step seconds, the seconds of the steps after it)."""
+    modes = {"eager": _mode(*eager), "compiled_cold": _mode(*cold), "compiled_warm": _mode(*warm)}
+    return bench_compile.summary(modes)
+
+
 def test_compiling_pays_after_its_overhead_over_the_seconds_it_saves_per_step():
-    modes = {
-        "eager": _mode(8.0, [6.0, 6.0, 6.0]),
-        "compiled_cold": _mode(125.0, [5.0, 5.0, 5.0]),
-        "compiled_warm": _mode(34.0, [4.0, 4.0, 4.0]),
-    }
-    out = bench_compile.summary(modes)
+    out = _summary((8.0, [6.0, 6.0, 6.0]), (125.0, [5.0, 5.0, 5.0]), (34.0, [4.0, 4.0, 4.0]))
     assert out["compiled_cold"]["speedup"] == pytest.approx(1.2)
     assert out["compiled_cold"]["compile_overhead_seconds"] == pytest.approx(120.0 - 2.0)  # beyond eager's warm-up
     assert out["compiled_cold"]["steps_to_break_even"] == pytest.approx(118.0)
@@ -31,25 +32,31 @@ def test_compiling_pays_after_its_overhead_over_the_seconds_it_saves_per_step():
 
 
 def test_a_recompilation_at_a_later_step_counts_in_the_overhead():
-    modes = {
-        "eager": _mode(6.0, [6.0, 6.0, 6.0]),
-        "compiled_cold": _mode(105.0, [105.0, 5.0, 5.0, 5.0]),  # a second graph compiled at step 2
-        "compiled_warm": _mode(5.0, [5.0, 5.0, 5.0]),
-    }
-    out = bench_compile.summary(modes)
+    # the cold mode compiles a second graph at step 2
+    out = _summary((6.0, [6.0, 6.0, 6.0]), (105.0, [105.0, 5.0, 5.0, 5.0]), (5.0, [5.0, 5.0, 5.0]))
     assert out["compiled_cold"]["compile_overhead_seconds"] == pytest.approx(200.0)
     assert out["compiled_warm"]["compile_overhead_seconds"] == pytest.approx(0.0)
 
 
 def test_a_compiled_step_no_faster_than_eager_never_breaks_even():
-    modes = {
-        "eager": _mode(8.0, [6.0, 6.0, 6.0]),
-        "compiled_cold": _mode(60.0, [6.5, 6.5, 6.5]),
-        "compiled_warm": _mode(20.0, [6.0, 6.0, 6.0]),
-    }
-    out = bench_compile.summary(modes)
+    out = _summary((8.0, [6.0, 6.0, 6.0]), (60.0, [6.5, 6.5, 6.5]), (20.0, [6.0, 6.0, 6.0]))
     assert out["compiled_cold"]["steps_to_break_even"] is None
     assert out["compiled_warm"]["steps_to_break_even"] is None
+
+
+def test_a_compiled_mode_that_trains_differently_is_refused():
+    same = _summary((8.0, [6.0]), (60.0, [5.0]), (20.0, [5.0]))
+    bench_compile.check_same_training(same)  # equal metrics pass
+    off = _summary((8.0, [6.0], 1.0), (60.0, [5.0], 1.2), (20.0, [5.0], 1.0))
+    with pytest.raises(AssertionError, match="compiled_cold trains differently"):
+        bench_compile.check_same_training(off)
+
+
+def test_a_compiled_mode_with_no_metric_to_compare_is_refused():
+    modes = {name: _mode(8.0, [6.0]) for name in bench_compile.MODES}
+    modes["compiled_warm"]["first_step_metrics"] = {}
+    with pytest.raises(AssertionError, match="compiled_warm trains differently"):
+        bench_compile.check_same_training(bench_compile.summary(modes))
 
 
 def test_metric_differences_are_relative_and_only_over_metrics_both_report():
