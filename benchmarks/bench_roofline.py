@@ -255,7 +255,7 @@ def quickstart_stepper(backend: Any, config: Any) -> Callable[[], tuple[float, d
     vocab = int(backend.hf_tokenizer.vocab_size)
 
     def step() -> tuple[float, dict[str, float]]:
-        group, length = config.algorithm.repeat_times, config.model.max_response_tokens
+        group, length = config.algorithm.group_size, config.model.max_response_tokens
         batch = train_batch(prompts, group, length, vocab, backend.step, backend.model_version)
         start = time.perf_counter()
         metrics = backend.train_step(batch)
@@ -288,7 +288,7 @@ def _train_step(model_path: str, dtype: str, repeats: int) -> dict[str, Any]:
     top = sorted(events, key=lambda e: -e.self_cpu_time_total)[:10]
     return {
         "autocast": dtype == "bfloat16",
-        "experiences": config.buffer.batch_size * config.algorithm.repeat_times,
+        "experiences": config.buffer.batch_size * config.algorithm.group_size,
         "sequence_tokens": metrics["tokens"],  # prompt + response of every experience, as the backend counts
         "step_seconds": seconds,
         "step_seconds_all": times,
@@ -386,7 +386,7 @@ def measure(quick: bool) -> dict[str, Any]:
     squares = (512, 1024, 2048) if quick else (512, 1024, 2048, 3072, 4096)
     train_config = quickstart_config(model_path, autocast=False)
     tokens = train_config.trainer.micro_batch_tokens  # the most a train micro-batch holds
-    group = train_config.algorithm.repeat_times
+    group = train_config.algorithm.group_size
     sequences = train_config.buffer.batch_size * group  # one decode step of the whole batch
     decode_gemms = linear_gemms(model_config, sequences)
     gemms = [Gemm(f"square {s}", s, s, s) for s in squares]

@@ -34,10 +34,11 @@ def quickstart_with(preset: str) -> RunConfig:
     return RunConfig.model_validate(config)
 
 
-def run_preset(preset: str, output: Path) -> dict[str, Any]:
-    """One quickstart run of `preset` under `output/preset`; its held-out accuracy curve and wall time."""
+def run_preset(config: RunConfig, output: Path) -> dict[str, Any]:
+    """One run of `config` under `output/<its preset>`; its held-out accuracy curve, train metrics and wall time."""
+    preset = config.algorithm.algorithm_type
     started = time.monotonic()
-    exit_code = run_locally(preflight.local_run(quickstart_with(preset)), str(output / preset), quiet=True)
+    exit_code = run_locally(preflight.local_run(config), str(output / preset), quiet=True)
     summary = json.loads((output / preset / "summary.json").read_text())
     return {
         "preset": preset,
@@ -46,6 +47,7 @@ def run_preset(preset: str, output: Path) -> dict[str, Any]:
         "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "wall_seconds": round(time.monotonic() - started, 1),
         "heldout_accuracy": [[row["model_version"], row["accuracy"]] for row in summary["eval"]],
+        "train": summary["train"],
     }
 
 
@@ -68,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     results = []
     for preset in args.presets:
-        results.append(run_preset(preset, args.output))
+        results.append(run_preset(quickstart_with(preset), args.output))
         args.results.parent.mkdir(parents=True, exist_ok=True)
         # Written after every run: a long check that is stopped keeps what it measured.
         record = {"quickstart": str(QUICKSTART.relative_to(ROOT)), "cpu_cores": os.cpu_count(), "runs": results}

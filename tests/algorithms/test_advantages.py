@@ -71,7 +71,7 @@ def test_rloo_by_hand() -> None:
 
 def test_reinforce_is_the_raw_reward() -> None:
     mask = _mask(1, 3)
-    adv, _ = A.advantage("reinforce")(rewards=torch.tensor([0.3, -2.0]), mask=mask, group_ids=torch.tensor([0, 0]))
+    adv, _ = A.advantage("reinforce")(rewards=torch.tensor([0.3, -2.0]), mask=mask)
     assert _rows(adv, mask) == pytest.approx([0.3, -2.0])
 
 
@@ -95,13 +95,13 @@ def test_opmd_mean_and_logavgexp_baselines_by_hand() -> None:
 
 def test_reinforce_plus_plus_whitens_returns_by_hand() -> None:
     rewards, mask = torch.tensor([1.0, 0.0]), _mask(2, 1, seq=2)
-    adv, returns = A.advantage("reinforceplusplus")(rewards=rewards, mask=mask, group_ids=torch.tensor([0, 1]))
+    adv, returns = A.advantage("reinforceplusplus")(rewards=rewards, mask=mask)
     # gamma 1: returns row0 [1, 1], row1 [0]; valid mean 2/3, unbiased var ((1/3)^2 * 2 + (2/3)^2) / 2 = 1/3
     std = math.sqrt(1 / 3)
     assert returns.tolist() == [[1.0, 1.0], [0.0, 0.0]]
     assert adv.flatten().tolist() == pytest.approx([(1 / 3) / std, (1 / 3) / std, (-2 / 3) / std, 0.0], abs=1e-6)
     # gamma .5: returns row0 [.5, 1], row1 [0]: mean .5, var (0 + .25 + .25) / 2 = .25 -> [0, 1], [-1]
-    adv, _ = A.advantage("reinforceplusplus", gamma=0.5)(rewards=rewards, mask=mask, group_ids=torch.tensor([0, 1]))
+    adv, _ = A.advantage("reinforceplusplus", gamma=0.5)(rewards=rewards, mask=mask)
     assert adv.flatten().tolist() == pytest.approx([0.0, 1.0, -1.0, 0.0], abs=1e-6)
 
 

@@ -95,12 +95,10 @@ def test_step_wise_grpo_with_one_step_episodes_is_grpo() -> None:
 def test_opmd_preset_advantage_and_loss_by_hand() -> None:
     p = A.preset("opmd")
     mask = torch.ones(2, 1, dtype=torch.bool)
-    advantage = p.build_advantage()
-    assert advantage is not None
-    adv, _ = advantage(rewards=torch.tensor([1.0, 0.0]), group_ids=torch.tensor([0, 0]), mask=mask)
+    adv, _ = A.advantage(p.advantage or "")(rewards=torch.tensor([1.0, 0.0]), group_ids=torch.tensor([0, 0]), mask=mask)
     assert adv.squeeze(-1).tolist() == pytest.approx([0.5, -0.5])
     lp = torch.tensor([[-1.0], [-2.0]], requires_grad=True)
-    loss, _ = p.build_policy_loss()(logprobs=lp, old_logprobs=lp.detach(), advantages=adv, mask=mask)
+    loss, _ = A.policy_loss(p.policy_loss)(logprobs=lp, advantages=adv, mask=mask)
     # token-mean of -A * logprobs = (0.5 - 1.0) / 2, divided by 1 + tau = 2
     assert loss.item() == pytest.approx(-0.125)
     loss.backward()
@@ -135,7 +133,7 @@ def test_mix_equals_mix_chord_with_a_constant_mu_and_no_phi_when_aggregations_ag
 
 def test_mix_preset_declares_expert_data() -> None:
     assert A.preset("mix").uses_expert_data and A.preset("mix_chord").uses_expert_data
-    assert A.preset("mix").build_policy_loss().params["mu"] == 0.1
+    assert A.policy_loss(A.preset("mix").policy_loss).params["mu"] == 0.1
     assert not A.preset("grpo").uses_expert_data
 
 
@@ -143,10 +141,10 @@ def test_mix_preset_declares_expert_data() -> None:
 def test_raft_is_sft_on_reward_filtered_rollouts() -> None:
     p = A.preset("raft")
     assert (p.policy_loss, p.advantage, p.data_kind) == ("sft", None, "rollout")
-    assert p.required_buffer_operators == ("reward_filter",) and not p.needs_reference
+    assert p.operators == ("reward_filter",) and not p.needs_reference
     mask = _mask(1, 3)
     lp = torch.tensor([[-1.0, 0.0, 0.0], [-2.0, -2.0, -3.0]])
-    loss, _ = p.build_policy_loss()(logprobs=lp, mask=mask)
+    loss, _ = A.policy_loss(p.policy_loss)(logprobs=lp, mask=mask)
     assert loss.item() == pytest.approx((1 + 2 + 2 + 3) / 4)
 
 

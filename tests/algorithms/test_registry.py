@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from trinity import algorithms as A
+from trinity.algorithm_table import FUNCTIONS
 from trinity.algorithms.registry import FunctionRegistry
 
 
@@ -56,17 +57,20 @@ def test_researcher_adds_a_policy_loss_with_one_function() -> None:
     losses = FunctionRegistry("policy_loss")  # the same class as A.POLICY_LOSSES, left untouched
 
     @losses.register("test_vanilla_pg", scale=1.0)
-    def vanilla_pg(*, logprobs, advantages, mask, scale, **_):
+    def vanilla_pg(*, logprobs, advantages, mask, scale):
         loss = A.agg_loss(-scale * advantages * logprobs, mask, "token-mean")
         return loss, {"pg_loss": loss.item()}
 
     assert "test_vanilla_pg" in losses.names()
-    loss, metrics = losses.build("test_vanilla_pg", scale=2.0)(
-        logprobs=torch.tensor([[-1.0, -2.0]]),
-        old_logprobs=torch.zeros(1, 2),  # unused input: ignored
-        advantages=torch.tensor([[1.0, 1.0]]),
-        mask=torch.tensor([[True, True]]),
-    )
+    loss_fn = losses.build("test_vanilla_pg", scale=2.0)
+    assert dict(loss_fn.inputs) == {"logprobs": True, "advantages": True, "mask": True}
+    available = {
+        "logprobs": torch.tensor([[-1.0, -2.0]]),
+        "old_logprobs": torch.zeros(1, 2),  # not read: the trainer does not hand it
+        "advantages": torch.tensor([[1.0, 1.0]]),
+        "mask": torch.tensor([[True, True]]),
+    }
+    loss, metrics = loss_fn(**loss_fn.given(available))
     # -2 * 1 * (-1) = 2 and -2 * 1 * (-2) = 4 -> mean 3
     assert loss.item() == pytest.approx(3.0)
     assert metrics == {"pg_loss": pytest.approx(3.0)}
@@ -74,18 +78,46 @@ def test_researcher_adds_a_policy_loss_with_one_function() -> None:
 
 def test_duplicate_registration_is_refused() -> None:
     with pytest.raises(A.DuplicateNameError, match="already registered"):
-        A.register_policy_loss("ppo")(lambda **_: None)
+        A.register_policy_loss("ppo")(lambda *, logprobs, mask: None)
 
 
 def test_declared_hyperparameter_missing_from_signature_fails_at_registration() -> None:
     registry = FunctionRegistry("thing")
 
-    def fn(*, x, **_):
+    def fn(*, x):
         return x
 
     with pytest.raises(TypeError, match="not keyword parameters"):
         registry.register("bad", y=1)(fn)
     assert "bad" not in registry
+
+
+def test_a_function_that_swallows_unknown_inputs_is_refused() -> None:
+    registry = FunctionRegistry("policy_loss")
+
+    def swallows(*, logprobs, mask, **_):
+        return logprobs
+
+    with pytest.raises(TypeError, match=r"takes \*\*kwargs"):
+        registry.register("swallows")(swallows)
+    assert "swallows" not in registry
+
+
+def test_a_missing_input_is_named_not_ignored() -> None:
+    gigpo = A.advantage("gigpo")
+    assert dict(gigpo.inputs) == {
+        "rewards": True, "mask": True, "group_ids": True,
+        "episode_ids": False, "step_group_ids": False, "step_rewards": False,
+    }  # fmt: skip
+    with pytest.raises(ValueError, match="advantage 'gigpo' needs group_ids"):
+        gigpo.given({"rewards": torch.zeros(2), "mask": torch.ones(2, 1, dtype=torch.bool)})
+
+
+def test_a_built_in_takes_its_hyperparameters_from_the_algorithm_table() -> None:
+    registry = FunctionRegistry("policy_loss")
+    with pytest.raises(TypeError, match="algorithm table"):
+        registry.register("ppo", clip_range=0.3)(lambda *, logprobs, mask, clip_range: None)
+    assert A.POLICY_LOSSES.defaults("ppo") == FUNCTIONS[("policy_loss", "ppo")].params
 
 
 def test_available_lists_every_registry() -> None:

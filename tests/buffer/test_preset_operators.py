@@ -7,10 +7,9 @@ from typing import Any
 import pytest
 
 from tests.buffer.helpers import experience
-from trinity.algorithms.presets import PRESETS
 from trinity.clients import BufferClient
 from trinity.config import RunConfig, StreamConfig
-from trinity.config.preset_operators import PRESET_OPERATORS, applied_by_preset, stream_operators
+from trinity.config.preset_operators import applied_by_preset, stream_operators
 from trinity.registry_names import KINDS
 
 
@@ -23,17 +22,6 @@ def _config(algorithm: str, operators: tuple[dict[str, Any], ...] = (), max_resp
             "buffer": {"taskset": {"path": "unused.jsonl"}, "experience_stream": {"operators": operators}},
         }
     )
-
-
-def test_the_table_names_what_every_preset_requires():
-    for name in KINDS["algorithm"].builtins:
-        preset = PRESETS.get(name)
-        assert PRESET_OPERATORS.get(name, ()) == (*preset.reward_shaping, *preset.required_buffer_operators), name
-
-
-def test_every_table_entry_is_a_registered_operator():
-    for names in PRESET_OPERATORS.values():
-        assert set(names) <= set(KINDS["operator"].builtins)
 
 
 def test_dapo_gets_overlong_shaping_then_the_group_filter_sized_from_the_response_budget():

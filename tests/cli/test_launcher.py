@@ -119,7 +119,7 @@ def test_a_watch_resumes_across_a_gateway_restart_without_repeating_or_missing_e
             run = client.create_run(tiny_config(tiny_model))  # stays PENDING: no service to run it
 
             def report(message: str) -> None:
-                reporter.report(gateway_pb2.RunEvent(run_id=run.id, kind="log", message=message))
+                reporter.report(gateway_pb2.RunEvent(run_id=run.id, kind=gateway_pb2.EVENT_KIND_LOG, message=message))
 
             seen: list[gateway_pb2.RunEvent] = []
 

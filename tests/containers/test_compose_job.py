@@ -175,9 +175,9 @@ def finished_run(stack) -> FinishedRun:
         run = client.create_run(_container_config())
         for event in run.watch():
             events.append(event)
-            if event.kind == "train" and group is None:
+            if event.kind == gateway_pb2.EVENT_KIND_TRAIN and group is None:
                 group = client.stub.GetSyncGroup(gateway_pb2.GetSyncGroupRequest(run_id=run.id), timeout=10)
-            if event.kind == "train" and event.step == 2 and not killed:
+            if event.kind == gateway_pb2.EVENT_KIND_TRAIN and event.step == 2 and not killed:
                 killed = stack.containers("explorer")[0]
                 restarts_before = int(docker("inspect", "-f", "{{.RestartCount}}", killed))
                 os.kill(int(docker("inspect", "-f", "{{.State.Pid}}", killed)), 9)

@@ -13,20 +13,24 @@ from pathlib import Path
 from typing import Any
 
 from tests.e2e.conftest import EXAMPLES, tiny_config
-from trinity.algorithms.presets import PRESETS
+from trinity.algorithm_table import PRESETS, WORKFLOW_INPUTS
 
 # A response scores 1 when one of its characters is a digit or an ASCII lower-case letter: roughly half
 # of the 8-token responses of the tiny model (measured in tests/e2e/test_every_preset.py's reward check).
 MIXED_REWARD_PATTERN = r"(?s).*[0-9a-z].*"
-# Step-wise advantages group the steps of multi-step episodes: they run on the FrozenLake workflow.
-MULTI_STEP_PRESETS = frozenset({"gigpo", "multi_step_grpo"})
+# Presets whose inputs only multi-step workflows write run on the FrozenLake workflow.
+MULTI_STEP_PRESETS = frozenset(
+    name
+    for name, p in PRESETS.items()
+    if p.requires - WORKFLOW_INPUTS["math"] and p.requires <= WORKFLOW_INPUTS["frozen_lake"]
+)
 # The SFT example's chats: the expert demonstrations of presets that mix them into RL batches (mode `both`).
 EXPERT_DATA = EXAMPLES.parent / "sft" / "train.jsonl"
 
 
 def online_presets() -> list[str]:
     """The built-in presets that explore (data kind `rollout`); offline ones (SFT, DPO) are run elsewhere."""
-    return sorted(name for name in PRESETS.builtins if PRESETS.get(name).data_kind == "rollout")
+    return sorted(name for name, preset in PRESETS.items() if preset.online)
 
 
 def write_mixed_reward_tasks(path: Path, rows: int = 8) -> Path:
@@ -66,7 +70,7 @@ def preset_run_config(
         }
         config["explorer"].update(workflow="frozen_lake", workflow_options={"max_steps": 2})
         config["model"]["max_prompt_tokens"] = 384  # the board and the rules, as examples/frozenlake sets it
-    preset = PRESETS.get(name)
+    preset = PRESETS[name]
     if preset.uses_expert_data:
         config["buffer"]["offline_data"] = {"path": str(EXPERT_DATA), "messages_key": "messages"}
     if preset.needs_teacher:

@@ -37,7 +37,7 @@ def test_a_run_survives_each_service_killed_in_turn(tiny_model, tmp_path):
             killed: list[str] = []
             for event in run.watch():
                 events.append(event)
-                victim = KILLS.get(int(event.step)) if event.kind == "train" else None
+                victim = KILLS.get(int(event.step)) if event.kind == gateway_pb2.EVENT_KIND_TRAIN else None
                 if victim is not None and victim not in killed:
                     killed.append(victim)
                     stack.kill(victim)  # SIGKILL; returns once the supervisor has started its replacement
@@ -48,7 +48,7 @@ def test_a_run_survives_each_service_killed_in_turn(tiny_model, tmp_path):
 
         # Versions strictly increase across both trainer incarnations, although steps after the
         # checkpoint were trained twice (once by the lost trainer).
-        trained = [e for e in events if e.kind == "train"]
+        trained = [e for e in events if e.kind == gateway_pb2.EVENT_KIND_TRAIN]
         versions = [e.model_version for e in trained]
         assert versions == sorted(set(versions)), [(e.seq, e.step, e.model_version) for e in trained]
         assert final.train_step == TOTAL_STEPS and final.model_version >= TOTAL_STEPS

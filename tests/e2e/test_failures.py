@@ -32,7 +32,7 @@ def test_a_killed_explorer_is_replaced_and_the_run_finishes(tiny_model, tmp_path
             events: list[gateway_pb2.RunEvent] = []
             for event in run.watch():
                 events.append(event)
-                if event.kind == "train" and event.step == 2 and not killed.is_set():
+                if event.kind == gateway_pb2.EVENT_KIND_TRAIN and event.step == 2 and not killed.is_set():
                     killed.set()
                     stack.restart("explorer-0")  # SIGKILL; the supervisor starts it again as the same instance
             final = run.wait(timeout=120)

@@ -28,22 +28,22 @@ def test_a_sigtermed_trainer_checkpoints_hands_over_and_the_run_goes_on(tiny_mod
             events: list[gateway_pb2.RunEvent] = []
             for event in run.watch():
                 events.append(event)
-                if event.kind == "train" and event.step == 2 and stack.restarts["trainer"] == 0:
+                if event.kind == gateway_pb2.EVENT_KIND_TRAIN and event.step == 2 and stack.restarts["trainer"] == 0:
                     trainer = stack.services["trainer"].process
                     assert trainer is not None
                     trainer.send_signal(signal.SIGTERM)
             final = run.wait(timeout=300)
         assert final.state == gateway_pb2.RUN_STATE_SUCCEEDED, final.error
         trainer_events = [e for e in events if e.source.startswith("trainer/")]
-        leaving = [e for e in trainer_events if e.kind == "leaving"]
+        leaving = [e for e in trainer_events if e.kind == gateway_pb2.EVENT_KIND_LEAVING]
         assert len(leaving) == 1 and "checkpoint at step" in leaving[0].message
-        finished = [e for e in trainer_events if e.kind == "finished"]
+        finished = [e for e in trainer_events if e.kind == gateway_pb2.EVENT_KIND_FINISHED]
         assert len(finished) == 1 and finished[0].step == 6  # never a "final" model from the drained one
         messages = [e.message for e in events]
         assert any("lost (it is shutting down)" in m for m in messages)
         stopped_at = leaving[0].step
         assert any(f"at step {stopped_at}" in m and m.startswith("resumed from") for m in messages)
-        versions = [e.model_version for e in trainer_events if e.kind == "train"]
+        versions = [e.model_version for e in trainer_events if e.kind == gateway_pb2.EVENT_KIND_TRAIN]
         assert versions == sorted(set(versions))
     finally:
         stack.down()
@@ -57,7 +57,7 @@ def test_a_trainer_that_never_comes_back_fails_the_run_with_one_line_naming_it(t
         with TrinityClient(stack.gateway) as client:
             run = client.create_run(config)
             for event in run.watch():
-                if event.kind == "train" and event.step == 1:
+                if event.kind == gateway_pb2.EVENT_KIND_TRAIN and event.step == 1:
                     trainer = stack.services["trainer"].process
                     assert trainer is not None
                     trainer.kill()

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.learning_check import PRESETS, run_preset
+from benchmarks.learning_check import PRESETS, quickstart_with, run_preset
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("preset", PRESETS)
 def test_the_preset_raises_the_quickstart_heldout_accuracy(tmp_path, preset):
-    result = run_preset(preset, tmp_path)
+    result = run_preset(quickstart_with(preset), tmp_path)
     assert result["state"] == "RUN_STATE_SUCCEEDED", result
     curve = result["heldout_accuracy"]
     assert [version for version, _ in curve] == [0.0, 4.0, 8.0, 12.0, 16.0]  # the quickstart's evaluations

@@ -29,7 +29,8 @@ def _logs(output: Path) -> str:
 @pytest.fixture(scope="module")
 def sync_run(tiny_model, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sync-run")
-    config = write_config(tmp / "config.yaml", tiny_config(tiny_model))
+    # no `repeat_times`: the grpo preset's group of 2 applies
+    config = write_config(tmp / "config.yaml", tiny_config(tiny_model, **{"algorithm.repeat_times": None}))
     done = _trinity_run(config, tmp / "out")
     assert done.returncode == 0, done.stdout + done.stderr + _logs(tmp / "out")
     return json.loads((tmp / "out" / "summary.json").read_text()), tmp / "out"
@@ -65,8 +66,9 @@ def test_versions_only_increase_and_rollouts_are_on_policy(sync_run):
 def test_every_experience_is_accounted_for(sync_run):
     summary, _ = sync_run
     counts = summary["experience_counts"]["stage0"]
-    # 3 train steps x 2 tasks x 4 samples; each one put, delivered, acknowledged once, nothing left over
-    assert counts["put"] == counts["acked"] == 24
+    # 3 train steps x 2 tasks x the preset's 2 samples; each one put, delivered, acknowledged once, nothing left over
+    assert counts["put"] == counts["acked"] == 12
+    assert [row["samples"] for row in summary["train"]] == [4.0, 4.0, 4.0]
     assert counts["pending"] == counts["undelivered"] == counts["dead_letters"] == 0
 
 

@@ -29,6 +29,7 @@ import yaml
 from tests.explorer.explorer_helpers import hf_logprobs
 from trinity.clients import BufferClient
 from trinity.config import RunConfig, StreamConfig
+from trinity.config.modes import RunMode
 from trinity.explorer.chat_tools import parse_tool_calls, render_chat
 from trinity.explorer.engines.base import Engine, GenerationRequest, SampleDelta
 from trinity.explorer.engines.scripted import ScriptedEngine
@@ -647,6 +648,6 @@ def test_online_agent_sessions_become_one_group_per_question(
 
 def test_online_agent_config_is_a_serve_run_whose_replies_fit_its_token_limit() -> None:
     config = RunConfig.model_validate(yaml.safe_load((REPO / "examples/online-agent/config.yaml").read_text()))
-    assert config.mode == "serve" and config.algorithm.algorithm_type == "grpo"
-    assert config.train_batch_size == config.buffer.batch_size * config.algorithm.repeat_times
+    assert config.mode == RunMode.SERVE and config.algorithm.algorithm_type == "grpo"
+    assert config.train_batch_size == config.buffer.batch_size * config.algorithm.group_size
     assert config.model.path == "smollm2" and config.model.max_response_tokens <= 16  # "just the number"

@@ -38,13 +38,16 @@ def _run(store: RunStore, scenario: Coroutine[Any, Any, T]) -> T:
 
 
 def _log(store: RunStore, run_id: str, n: int) -> list[str]:
-    return [store.append_event(gateway_pb2.RunEvent(run_id=run_id, kind="log", message=f"m{i}")) for i in range(n)]
+    return [
+        store.append_event(gateway_pb2.RunEvent(run_id=run_id, kind=gateway_pb2.EVENT_KIND_LOG, message=f"m{i}"))
+        for i in range(n)
+    ]
 
 
 def _finish(store: RunStore, run: gateway_pb2.Run) -> str:
     run.state = gateway_pb2.RUN_STATE_SUCCEEDED
     store.save(run)
-    return store.append_event(gateway_pb2.RunEvent(run_id=run.id, kind="state", state=run.state))
+    return store.append_event(gateway_pb2.RunEvent(run_id=run.id, kind=gateway_pb2.EVENT_KIND_STATE, state=run.state))
 
 
 async def _take(events: AsyncIterator[gateway_pb2.RunEvent], n: int) -> list[str]:

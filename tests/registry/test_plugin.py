@@ -61,7 +61,7 @@ def test_the_plugin_names_resolve_in_their_registries(site: Path) -> None:
         blank, said = common_pb2.Experience(response_text=" "), common_pb2.Experience(response_text="x")
         assert OPERATORS.get("drop_empty")([blank, said], None) == [said]
         preset = A.preset("grpo_seq_mean")
-        assert preset.build_policy_loss().params["loss_agg_mode"] == "seq-mean-token-mean"
+        assert preset.policy_loss_args["loss_agg_mode"] == "seq-mean-token-mean"
         """,
     )
     assert done.returncode == 0, done.stderr

@@ -17,7 +17,6 @@ import yaml
 
 from trinity.config import ExplorerConfig, OptimizerSection, TrainerConfig, load_run_config, parse_run_config
 from trinity.config.explorer import WORKFLOW_OPTIONS
-from trinity.config.run import OFFLINE_ALGORITHMS
 from trinity.config.sync import SyncMethod
 from trinity.registry import DuplicateNameError, Registry, UnknownNameError, check_name
 from trinity.registry_names import KINDS
@@ -28,7 +27,7 @@ QUICKSTART = ROOT / "examples" / "quickstart" / "config.yaml"
 
 # Where each kind's registry lives: the services own their registries, the table only names modules.
 REGISTRIES = {
-    "algorithm": "trinity.algorithms.presets:PRESETS",
+    "algorithm": "trinity.config.algorithm:PRESETS",
     "advantage": "trinity.algorithms.registry:ADVANTAGES",
     "policy_loss": "trinity.algorithms.registry:POLICY_LOSSES",
     "kl_estimator": "trinity.algorithms.registry:KL_ESTIMATORS",
@@ -121,16 +120,10 @@ def test_every_builtin_workflow_has_an_options_shape():
     assert set(WORKFLOW_OPTIONS) == set(KINDS["workflow"].builtins)
 
 
-def test_offline_algorithms_are_the_presets_that_train_on_offline_data():
-    presets = registry("algorithm")
-    offline = {name for name in KINDS["algorithm"].builtins if presets.get(name).data_kind != "rollout"}
-    assert offline == set(OFFLINE_ALGORITHMS)
-
-
 def test_operators_a_preset_requires_are_registered():
     presets = registry("algorithm")
     for name in KINDS["algorithm"].builtins:
-        for operator in presets.get(name).required_buffer_operators:
+        for operator in presets.get(name).operators:
             assert operator in KINDS["operator"].builtins, (name, operator)
 
 
@@ -161,7 +154,7 @@ def _config(**sections: dict[str, Any]) -> dict[str, Any]:
         ),
         (
             {"algorithm": {"policy_loss": {"loss_agg_mode": "sum"}}},
-            "algorithm.policy_loss: loss_agg_mode: unknown 'sum'; known: seq-mean-token-mean, ",
+            "algorithm.policy_loss: loss_agg_mode: unknown 'sum'; known: pair-mean, seq-mean-token-mean, ",
         ),
     ],
 )

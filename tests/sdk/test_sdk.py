@@ -9,6 +9,7 @@ import pytest
 from tests.e2e.conftest import tiny_config
 from trinity.cli.launcher import LocalStack
 from trinity.runtime.client import open_channel
+from trinity.runtime.events import kind_name
 from trinity.runtime.redis_server import free_port
 from trinity.sdk import AsyncTrinityClient, GatewayUnavailable, InvalidRunConfig, RunNotFound, TrinityClient
 from trinity.v1 import explorer_pb2, explorer_pb2_grpc, gateway_pb2
@@ -27,11 +28,11 @@ def test_async_client_creates_watches_and_waits_for_a_run(stack, tiny_model):
     async def scenario() -> tuple[gateway_pb2.Run, list[str], explorer_pb2.GenerateResponse]:
         async with AsyncTrinityClient(stack.gateway) as client:
             run = await client.create_run(tiny_config(tiny_model, **{"buffer.total_steps": 2}))
-            kinds: list[str] = []
+            kinds: list[str] = []  # as the console and the trackers name them
             generated = None
             async for event in run.watch():
-                kinds.append(event.kind)
-                if event.kind == "explore" and generated is None:
+                kinds.append(kind_name(event.kind))
+                if event.kind == gateway_pb2.EVENT_KIND_EXPLORE and generated is None:
                     # while the run explores, the explorer also answers direct generation
                     with open_channel(explorer) as channel:
                         generated = explorer_pb2_grpc.ExplorerServiceStub(channel).Generate(
@@ -56,6 +57,12 @@ def test_a_bad_config_is_refused_with_the_field(stack, tiny_model):
     assert "explorer.temperature" in str(info.value)
 
 
+def test_a_mistyped_algorithm_override_is_refused_naming_it(stack, tiny_model):
+    with TrinityClient(stack.gateway) as client, pytest.raises(InvalidRunConfig) as info:
+        client.create_run(tiny_config(tiny_model, **{"algorithm.policy_loss": {"clip_rnage": 0.3}}))
+    assert "algorithm.policy_loss: policy loss 'ppo' has no hyperparameter 'clip_rnage'" in str(info.value)
+
+
 def test_an_unknown_run_is_run_not_found(stack):
     with TrinityClient(stack.gateway) as client, pytest.raises(RunNotFound):
         client.run("no-such-run")
@@ -67,7 +74,7 @@ def test_metrics_of_a_finished_run_are_read_from_its_event_log(stack, tiny_model
         assert run.wait(timeout=120).state == gateway_pb2.RUN_STATE_SUCCEEDED
         metrics = run.metrics()
     assert [row["step"] for row in metrics.train] == [1.0]
-    assert metrics.series("eval", "accuracy")[0][0] == 0.0  # the first evaluation is of version 0
+    assert metrics.series(gateway_pb2.EVENT_KIND_EVAL, "accuracy")[0][0] == 0.0  # the first evaluation is of version 0
 
 
 def test_no_gateway_is_gateway_unavailable():

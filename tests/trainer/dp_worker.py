@@ -36,9 +36,13 @@ def main() -> None:
         dist.init_process_group(
             "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timedelta(seconds=60)
         )
-    config = run_config(Path(args["model"]), args["algorithm"], data_parallel_size=world, **args["trainer"])
-    if args.get("algorithm_fields"):  # settings run_config has no argument for (teacher, KL controller)
-        config = config.model_copy(update={"algorithm": config.algorithm.model_copy(update=args["algorithm_fields"])})
+    config = run_config(
+        Path(args["model"]),
+        args["algorithm"],
+        data_parallel_size=world,
+        algorithm_fields=args.get("algorithm_fields"),  # a teacher, a KL controller
+        **args["trainer"],
+    )
     backend = TorchBackend(config, Path(args["checkpoint_dir"]) if args.get("checkpoint_dir") else None)
     if args.get("load"):
         backend.load_checkpoint(args["load"])

@@ -28,8 +28,8 @@ def teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def distill_config(student: Path, teacher: Path, algorithm: str = "on_policy_distill", **trainer: object) -> RunConfig:
-    cfg = run_config(student, algorithm, optimizer={"lr": 3e-3}, **trainer)
-    return cfg.model_copy(update={"algorithm": cfg.algorithm.model_copy(update={"teacher_model": str(teacher)})})
+    fields = {"teacher_model": str(teacher)}
+    return run_config(student, algorithm, optimizer={"lr": 3e-3}, algorithm_fields=fields, **trainer)
 
 
 def on_policy_rollouts(backend: TorchBackend, step: int, per_prompt: int = 64, length: int = 1) -> list:
@@ -119,8 +119,8 @@ def test_jsd_trains_against_the_teacher(tiny_model, teacher):
 
 
 def test_a_teacher_preset_without_a_teacher_or_with_another_vocabulary_is_refused(tiny_model, tmp_path):
-    with pytest.raises(ValueError, match=r"algorithm\.teacher_model"):
-        build_backend(run_config(tiny_model, "on_policy_distill"))
+    with pytest.raises(ValueError, match=r"teacher_model: 'on_policy_distill' distills from a teacher"):
+        run_config(tiny_model, "on_policy_distill")
     other = build_tiny_llama(tmp_path / "other", vocab_size=300, seed=2)
     with pytest.raises(ValueError, match="vocabulary of 300 tokens"):
         build_backend(distill_config(tiny_model, other))

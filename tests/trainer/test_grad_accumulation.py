@@ -8,7 +8,7 @@ import pytest
 import torch
 from trainer_helpers import grpo_parts, random_rollouts, run_config
 
-from trinity.trainer.algorithm import AlgorithmParts, resolve_algorithm
+from trinity.trainer.algorithm import AlgorithmParts, build_algorithm
 from trinity.trainer.batch import plan_micro_batches, to_samples
 from trinity.trainer.torch_backend import TorchBackend
 from trinity.v1 import common_pb2
@@ -53,5 +53,5 @@ def test_sft_micro_batch_gradients_sum_to_the_full_batch_gradient(tiny_model: Pa
         )
         for i in range(6)
     ]
-    parts = resolve_algorithm(run_config(tiny_model, "sft").algorithm)
+    parts = build_algorithm(run_config(tiny_model, "sft").algorithm)
     _assert_same(_grads(tiny_model, parts, exps, 40), _grads(tiny_model, parts, exps, FULL_BATCH))

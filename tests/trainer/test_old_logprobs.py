@@ -8,9 +8,9 @@ import pytest
 import torch
 from trainer_helpers import random_rollouts, run_config
 
-from trinity.trainer import torch_backend
+from trinity.trainer import step, torch_backend
 from trinity.trainer.batch import plan_updates
-from trinity.trainer.objectives import first_update_only
+from trinity.trainer.step import first_update_only
 from trinity.trainer.torch_backend import TorchBackend
 
 
@@ -44,9 +44,10 @@ def test_one_update_recomputes_old_logprobs_without_an_extra_pass(tiny_model: Pa
 
 
 def _recompute_every_row(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The step's plan hidden from the objective: every row's old log-probs come from a pass before the first update."""
-    build = torch_backend.build_objective
-    monkeypatch.setattr(torch_backend, "build_objective", lambda *a, **kw: build(*a, **{**kw, "updates": ()}))
+    """The step's plan hidden from `prepare`: every row's old log-probs come from a pass before the first update."""
+    prepare = step.prepare
+    for module in (step, torch_backend):  # the step's and `compute_gradients`'
+        monkeypatch.setattr(module, "prepare", lambda b, alg, samples, updates: prepare(b, alg, samples, []))
 
 
 def test_the_free_old_logprobs_give_the_gradient_of_a_recomputation(

@@ -1,14 +1,14 @@
 """The per-row inputs some presets need from the trainer: RAFT trains without advantages, ReMax reads the
-greedy baseline the explorer writes, multi-step presets get episode ids."""
+greedy baseline the explorer writes, multi-step presets get episode ids, GiGPO its anchor states."""
 
 from __future__ import annotations
 
 import pytest
 from trainer_helpers import random_rollouts, run_config
 
+from trinity.algorithm_table import RowInput
 from trinity.trainer import build_backend
-from trinity.trainer.batch import REWARD_BASELINE, to_samples
-from trinity.trainer.objectives import _row_inputs
+from trinity.trainer.batch import REWARD_BASELINE, row_inputs, to_samples
 from trinity.v1 import common_pb2
 
 
@@ -35,12 +35,12 @@ def test_episode_ids_number_episodes_and_rows_without_one_stand_alone():
         )
 
     samples = to_samples([step("a", 0), step("b", 0), step("a", 1), step("", 0), step("", 1)], None)
-    inputs = _row_inputs(samples)
-    assert inputs["episode_ids"] is not None
-    assert inputs["episode_ids"].tolist() == [0, 1, 0, 2, 3]
-    assert inputs["reward_baselines"] is None
-    plain = _row_inputs(to_samples(random_rollouts(3), None))
-    assert plain == {"episode_ids": None, "reward_baselines": None}
+    inputs = row_inputs(samples)
+    assert inputs[RowInput.EPISODE_IDS] is not None
+    assert inputs[RowInput.EPISODE_IDS].tolist() == [0, 1, 0, 2, 3]
+    assert inputs[RowInput.REWARD_BASELINES] is None
+    plain = row_inputs(to_samples(random_rollouts(3), None))
+    assert set(plain.values()) == {None}
 
 
 def test_multi_step_grpo_refuses_a_batch_without_episodes(tiny_model):

@@ -21,10 +21,11 @@ def run_config(
     kl_coef: float | None = None,
     entropy_coef: float | None = None,
     policy_loss: dict[str, Any] | None = None,
+    algorithm_fields: dict[str, Any] | None = None,
     **trainer: Any,
 ) -> RunConfig:
-    """A run config that trains `model` with `algorithm` (its coefficients and policy-loss overrides);
-    `trainer` are fields of the trainer section.
+    """A run config that trains `model` with `algorithm` (its coefficients and policy-loss overrides, and any other
+    `algorithm_fields`); `trainer` are fields of the trainer section.
 
     Mode `train` with a placeholder offline data path: the backends read neither the mode nor the data.
     """
@@ -38,6 +39,7 @@ def run_config(
                 "kl_coef": kl_coef,
                 "entropy_coef": entropy_coef,
                 "policy_loss": policy_loss or {},
+                **(algorithm_fields or {}),
             },
             "buffer": {"total_steps": total_steps, "offline_data": {"path": "unused.jsonl"}},
             "trainer": trainer,

@@ -16,12 +16,25 @@ from __future__ import annotations
 
 from typing import Any
 
+from trinity.algorithm_table import Preset
+from trinity.config.algorithm import PRESETS
+
 from .advantages import broadcast_to_tokens, discounted_cumsum, group_stats, outcome_token_rewards
-from .aggregation import LOSS_AGG_MODES, LOSS_AGGREGATIONS, agg_loss, masked_mean, masked_sum, masked_var, masked_whiten
+from .aggregation import (
+    LOSS_AGG_MODES,
+    LOSS_AGGREGATIONS,
+    PAIR_MEAN,
+    Aggregation,
+    agg_loss,
+    loss_share,
+    masked_mean,
+    masked_sum,
+    masked_var,
+    masked_whiten,
+)
 from .entropy import entropy_from_logits
 from .kl import AdaptiveKLController, FixedKLController, apply_kl_penalty, kl_controller, kl_loss
 from .policy_losses import chord_mu_schedule
-from .presets import PRESETS, AlgorithmPreset, register_preset
 from .registry import (
     ADVANTAGES,
     ENTROPY_TERMS,
@@ -67,9 +80,14 @@ def value_loss(name: str = "clipped", **overrides: Any) -> BoundFn:
     return VALUE_LOSSES.build(name, **overrides)
 
 
-def preset(name: str) -> AlgorithmPreset:
-    """The algorithm preset registered as ``name`` (an ``algorithm_type``)."""
+def preset(name: str) -> Preset:
+    """The algorithm preset registered as ``name`` (an ``algorithm_type``; see ``trinity.algorithm_table``)."""
     return PRESETS.get(name)
+
+
+def register_preset(p: Preset) -> Preset:
+    """Register ``p`` under its name (an ``algorithm_type``); a name already taken is an error."""
+    return PRESETS.register(p.name)(p)
 
 
 def available() -> dict[str, list[str]]:
@@ -90,14 +108,16 @@ __all__ = [
     "KL_ESTIMATORS",
     "LOSS_AGGREGATIONS",
     "LOSS_AGG_MODES",
+    "PAIR_MEAN",
     "POLICY_LOSSES",
     "PRESETS",
     "VALUE_LOSSES",
     "AdaptiveKLController",
-    "AlgorithmPreset",
+    "Aggregation",
     "BoundFn",
     "DuplicateNameError",
     "FixedKLController",
+    "Preset",
     "UnknownNameError",
     "UnknownOverrideError",
     "advantage",
@@ -114,6 +134,7 @@ __all__ = [
     "kl",
     "kl_controller",
     "kl_loss",
+    "loss_share",
     "masked_mean",
     "masked_sum",
     "masked_var",

@@ -89,7 +89,7 @@ def _baselined(rewards: torch.Tensor, group_ids: torch.Tensor, epsilon: float, s
 
 
 # ------------------------------------------------------------------------------- group-relative outcome
-@register_advantage("grpo", epsilon=1e-6, std_normalize=True)
+@register_advantage("grpo")
 @torch.no_grad()
 def grpo(
     *,
@@ -98,7 +98,6 @@ def grpo(
     group_ids: torch.Tensor,
     epsilon: float,
     std_normalize: bool,
-    **_: object,
 ) -> AdvantageOutput:
     """GRPO: ``(r_i - mean_g) / (std_g + epsilon)`` with the unbiased group std.
 
@@ -110,7 +109,7 @@ def grpo(
     return broadcast_to_tokens(_baselined(rewards, group_ids, epsilon, std_normalize), mask), None
 
 
-@register_advantage("rec", epsilon=1e-6, std_normalize=False)
+@register_advantage("rec")
 @torch.no_grad()
 def rec(
     *,
@@ -119,7 +118,6 @@ def rec(
     group_ids: torch.Tensor,
     epsilon: float,
     std_normalize: bool,
-    **_: object,
 ) -> AdvantageOutput:
     """REC (group-relative REINFORCE family): ``r_i - mean_g``, optionally divided by the group std."""
     _check_rows(rewards, mask, group_ids)
@@ -128,7 +126,7 @@ def rec(
 
 @register_advantage("rloo")
 @torch.no_grad()
-def rloo(*, rewards: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor, **_: object) -> AdvantageOutput:
+def rloo(*, rewards: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor) -> AdvantageOutput:
     """RLOO: ``r_i - mean_{j != i} r_j = n / (n - 1) * (r_i - mean_g)`` (a group of one keeps its reward)."""
     _check_rows(rewards, mask, group_ids)
     mean, _std, count = group_stats(rewards, group_ids)
@@ -139,16 +137,16 @@ def rloo(*, rewards: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor, 
 
 @register_advantage("reinforce")
 @torch.no_grad()
-def reinforce(*, rewards: torch.Tensor, mask: torch.Tensor, **_: object) -> AdvantageOutput:
+def reinforce(*, rewards: torch.Tensor, mask: torch.Tensor) -> AdvantageOutput:
     """Plain REINFORCE: the reward itself, no baseline (TOPR's default)."""
     _check_rows(rewards, mask)
     return broadcast_to_tokens(rewards.float(), mask), None
 
 
-@register_advantage("asymre", baseline_shift=-0.1)
+@register_advantage("asymre")
 @torch.no_grad()
 def asymre(
-    *, rewards: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor, baseline_shift: float, **_: object
+    *, rewards: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor, baseline_shift: float
 ) -> AdvantageOutput:
     """AsymRE: ``r_i - (mean_g + baseline_shift)``; a negative shift favours positive samples.
 
@@ -160,7 +158,7 @@ def asymre(
     return broadcast_to_tokens(rewards.float() - baseline, mask), None
 
 
-@register_advantage("opmd", opmd_baseline="mean", tau=1.0)
+@register_advantage("opmd")
 @torch.no_grad()
 def opmd(
     *,
@@ -169,7 +167,6 @@ def opmd(
     group_ids: torch.Tensor,
     opmd_baseline: str,
     tau: float,
-    **_: object,
 ) -> AdvantageOutput:
     """OPMD: ``r_i - b_g``; ``b_g`` is the group mean or ``tau * log mean_j exp(r_j / tau)`` (logavgexp)."""
     _check_rows(rewards, mask, group_ids)
@@ -198,7 +195,6 @@ def remax(
     mask: torch.Tensor,
     reward_baselines: torch.Tensor | None = None,
     token_rewards: torch.Tensor | None = None,
-    **_: object,
 ) -> AdvantageOutput:
     """ReMax (Li et al. 2023): reward-to-go minus the reward of a greedy response to the same prompt.
 
@@ -217,7 +213,7 @@ def remax(
 
 
 # -------------------------------------------------------------------------------------- token-level
-@register_advantage("reinforceplusplus", gamma=1.0)
+@register_advantage("reinforceplusplus")
 @torch.no_grad()
 def reinforce_plus_plus(
     *,
@@ -225,7 +221,6 @@ def reinforce_plus_plus(
     mask: torch.Tensor,
     gamma: float,
     token_rewards: torch.Tensor | None = None,
-    **_: object,
 ) -> AdvantageOutput:
     """REINFORCE++: discounted reward-to-go, whitened over all valid tokens of the batch.
 
@@ -238,8 +233,8 @@ def reinforce_plus_plus(
     return masked_whiten(returns, mask), returns
 
 
-@register_advantage("gae", gamma=1.0, lam=1.0, whiten=True)
-@register_advantage("ppo", gamma=1.0, lam=1.0, whiten=True)
+@register_advantage("gae")
+@register_advantage("ppo")
 @torch.no_grad()
 def gae(
     *,
@@ -250,7 +245,6 @@ def gae(
     lam: float,
     whiten: bool,
     token_rewards: torch.Tensor | None = None,
-    **_: object,
 ) -> AdvantageOutput:
     """Generalized Advantage Estimation with a critic (PPO).
 
@@ -280,7 +274,7 @@ def gae(
     return advantages, returns
 
 
-@register_advantage("on_policy_distill", kl_coef=1.0, reward_to_go=False, gamma=1.0)
+@register_advantage("on_policy_distill")
 @torch.no_grad()
 def on_policy_distill(
     *,
@@ -290,7 +284,6 @@ def on_policy_distill(
     kl_coef: float,
     reward_to_go: bool,
     gamma: float,
-    **_: object,
 ) -> AdvantageOutput:
     """On-policy distillation: per-token ``kl_coef * (log p_teacher - log p_student_old)``.
 
@@ -302,7 +295,7 @@ def on_policy_distill(
     return (discounted_cumsum(per_token, mask, gamma) if reward_to_go else per_token), None
 
 
-@register_advantage("jsd", lambda_coef=0.5, kl_coef=1.0)
+@register_advantage("jsd")
 @torch.no_grad()
 def jsd(
     *,
@@ -311,7 +304,6 @@ def jsd(
     teacher_logprobs: torch.Tensor,
     lambda_coef: float,
     kl_coef: float,
-    **_: object,
 ) -> AdvantageOutput:
     """Jensen-Shannon distillation: advantage ``-kl_coef * JSD_t`` on the sampled token.
 
@@ -357,7 +349,7 @@ def _episode_rows(
 _STD_LEVELS = ("group", "batch", "none")
 
 
-@register_advantage("step_wise_grpo", epsilon=1e-6, enable_step_norm=False, std_cal_level="group")
+@register_advantage("step_wise_grpo")
 @torch.no_grad()
 def step_wise_grpo(
     *,
@@ -368,7 +360,6 @@ def step_wise_grpo(
     enable_step_norm: bool,
     std_cal_level: str,
     episode_ids: torch.Tensor | None = None,
-    **_: object,
 ) -> AdvantageOutput:
     """Multi-step GRPO: GRPO over whole episodes, the episode's score broadcast to each of its steps.
 
@@ -397,7 +388,7 @@ def step_wise_grpo(
     return broadcast_to_tokens(scores[ep_inverse], mask), None
 
 
-@register_advantage("gigpo", omega=1.0, fnorm="none", epsilon=1e-6)
+@register_advantage("gigpo")
 @torch.no_grad()
 def gigpo(
     *,
@@ -410,7 +401,6 @@ def gigpo(
     episode_ids: torch.Tensor | None = None,
     step_group_ids: torch.Tensor | None = None,
     step_rewards: torch.Tensor | None = None,
-    **_: object,
 ) -> AdvantageOutput:
     """GiGPO (group-in-group) advantages for multi-step episodes: ``A = A_E + omega * A_S``.
 

@@ -8,15 +8,31 @@ holds ``-inf`` or NaN (common for log-probabilities) cannot leak into a loss.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from trinity.registry import Registry
 from trinity.registry_names import KINDS
 
-Aggregator = Callable[[torch.Tensor, torch.Tensor, float | None], torch.Tensor]  # (loss, bool mask, norm)
-LOSS_AGGREGATIONS: Registry[Aggregator] = Registry("loss_agg_mode")
-LOSS_AGG_MODES: tuple[str, ...] = tuple(KINDS["loss_agg_mode"].builtins)  # the built-in modes
+
+@dataclass(frozen=True)
+class Aggregation:
+    """A loss aggregation mode as ``numerator(loss, mask) / denominator(mask, norm_constant)``.
+
+    The numerator is a sum of per-row terms, so the loss of a mini-batch split into micro-batches is the sum of the
+    micro-batches' own losses, each weighted by ``denominator(micro) / denominator(mini)`` (`loss_share`): one
+    definition serves the loss and the micro-batch scaling, for a plugin's mode as for the built-in ones.
+    """
+
+    numerator: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (loss [batch, seq], bool mask) -> scalar
+    denominator: Callable[[torch.Tensor, float | None], torch.Tensor | float]  # (bool mask, norm_constant) -> > 0
+
+
+LOSS_AGGREGATIONS: Registry[Aggregation] = Registry("loss_agg_mode")
+PAIR_MEAN = "pair-mean"  # DPO's mean over (chosen, rejected) row pairs: not a choice for token losses
+# The built-in modes of token losses.
+LOSS_AGG_MODES: tuple[str, ...] = tuple(m for m in KINDS["loss_agg_mode"].builtins if m != PAIR_MEAN)
 
 
 def as_bool_mask(mask: torch.Tensor) -> torch.Tensor:
@@ -76,7 +92,7 @@ def agg_loss(
 ) -> torch.Tensor:
     """Reduce a per-token loss ``[batch, seq]`` to a scalar.
 
-    Modes (``n_i`` = valid tokens of row ``i``, ``B'`` = rows with at least one valid token):
+    Modes (registered `Aggregation`s; ``n_i`` = valid tokens of row ``i``, ``B'`` = rows with at least one valid token):
 
     - ``token-mean``: ``sum_i sum_t l_it / sum_i n_i`` (every token weighs the same).
     - ``seq-mean-token-mean``: ``mean_{i in B'} (sum_t l_it / n_i)`` (every sequence weighs the same).
@@ -86,32 +102,44 @@ def agg_loss(
 
     Fully masked rows contribute nothing and never produce NaN; an all-masked batch gives 0.
     """
-    return LOSS_AGGREGATIONS.get(mode)(loss_mat, as_bool_mask(mask), norm_constant)
+    agg = LOSS_AGGREGATIONS.get(mode)
+    mask = as_bool_mask(mask)
+    return agg.numerator(loss_mat, mask) / agg.denominator(mask, norm_constant)
 
 
-@LOSS_AGGREGATIONS.register("token-mean")
-def _token_mean(loss: torch.Tensor, mask: torch.Tensor, _: float | None) -> torch.Tensor:
-    return masked_mean(loss, mask)
+def loss_share(mode: str, micro_mask: torch.Tensor, mini_mask: torch.Tensor, norm_constant: float | None) -> float:
+    """The weight of a micro-batch's own aggregated loss in its mini-batch's: the ratio of their denominators.
+
+    Masks ``[rows, resp]`` padded as their batches are (a micro-batch pads to its own longest row)."""
+    agg = LOSS_AGGREGATIONS.get(mode)
+    part = agg.denominator(as_bool_mask(micro_mask), norm_constant)
+    whole = agg.denominator(as_bool_mask(mini_mask), norm_constant)
+    return float(part) / float(whole)
 
 
-def _seq_mean(per_row: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    # Mean over rows that have tokens: an empty row must not dilute the loss of the others.
-    return masked_mean(per_row, mask.any(dim=-1))
+def _tokens(mask: torch.Tensor, _: float | None) -> torch.Tensor:
+    return mask.sum().clamp(min=1)
 
 
-@LOSS_AGGREGATIONS.register("seq-mean-token-mean")
-def _seq_mean_token_mean(loss: torch.Tensor, mask: torch.Tensor, _: float | None) -> torch.Tensor:
-    return _seq_mean(masked_mean(loss, mask, dim=-1), mask)
+def _rows(mask: torch.Tensor, _: float | None) -> torch.Tensor:
+    # Rows that have tokens: an empty row must not dilute the loss of the others.
+    return mask.any(dim=-1).sum().clamp(min=1)
 
 
-@LOSS_AGGREGATIONS.register("seq-mean-token-sum")
-def _seq_mean_token_sum(loss: torch.Tensor, mask: torch.Tensor, _: float | None) -> torch.Tensor:
-    return _seq_mean(masked_sum(loss, mask, dim=-1), mask)
-
-
-@LOSS_AGGREGATIONS.register("seq-mean-token-sum-norm")
-def _seq_mean_token_sum_norm(loss: torch.Tensor, mask: torch.Tensor, norm: float | None) -> torch.Tensor:
-    constant = float(loss.shape[-1]) if norm is None else float(norm)
+def _norm_constant(mask: torch.Tensor, norm: float | None) -> float:
+    constant = float(mask.shape[-1]) if norm is None else float(norm)
     if constant <= 0:
         raise ValueError(f"seq-mean-token-sum-norm needs a positive norm_constant, got {constant}")
-    return masked_sum(loss, mask) / constant
+    return constant
+
+
+def _row_means(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return masked_sum(masked_mean(loss, mask, dim=-1), mask.any(dim=-1))
+
+
+LOSS_AGGREGATIONS.register("token-mean")(Aggregation(masked_sum, _tokens))
+LOSS_AGGREGATIONS.register("seq-mean-token-mean")(Aggregation(_row_means, _rows))
+LOSS_AGGREGATIONS.register("seq-mean-token-sum")(Aggregation(masked_sum, _rows))
+LOSS_AGGREGATIONS.register("seq-mean-token-sum-norm")(Aggregation(masked_sum, _norm_constant))
+# Per-pair losses `[pairs]` over rows in (chosen, rejected) pairs.
+LOSS_AGGREGATIONS.register(PAIR_MEAN)(Aggregation(lambda loss, _: loss.sum(), lambda mask, _: mask.shape[0] / 2))

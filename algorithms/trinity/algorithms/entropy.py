@@ -28,11 +28,11 @@ def _token_entropies(entropies: torch.Tensor | None, logits: torch.Tensor | None
 
 
 @register_entropy("none")
-def no_entropy(*, mask: torch.Tensor, **_: object) -> tuple[torch.Tensor, dict[str, float]]:
+def no_entropy(*, mask: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
     return torch.zeros((), device=mask.device), {}
 
 
-@register_entropy("default", entropy_coef=0.0, loss_agg_mode="token-mean", norm_constant=None)
+@register_entropy("default")
 def default_entropy(
     *,
     mask: torch.Tensor,
@@ -41,14 +41,13 @@ def default_entropy(
     norm_constant: float | None,
     entropies: torch.Tensor | None = None,
     logits: torch.Tensor | None = None,
-    **_: object,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Entropy bonus over all valid tokens."""
     entropy = agg_loss(_token_entropies(entropies, logits), mask, loss_agg_mode, norm_constant)
     return -entropy_coef * entropy, {"entropy": entropy.item()}
 
 
-@register_entropy("mix", entropy_coef=0.0, loss_agg_mode="token-mean", norm_constant=None)
+@register_entropy("mix")
 def mix_entropy(
     *,
     mask: torch.Tensor,
@@ -58,7 +57,6 @@ def mix_entropy(
     entropies: torch.Tensor | None = None,
     logits: torch.Tensor | None = None,
     expert_mask: torch.Tensor | None = None,
-    **_: object,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Entropy bonus on the policy's own rollouts only: rows with ``expert_mask [batch]`` true are skipped
     (CHORD mixes expert demonstrations whose entropy the policy should not be rewarded for)."""

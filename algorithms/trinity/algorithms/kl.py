@@ -23,35 +23,35 @@ from .registry import KL_ESTIMATORS, register_kl
 
 
 @register_kl("k1")
-def k1(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, **_: object) -> torch.Tensor:
+def k1(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     return logprobs - ref_logprobs
 
 
 @register_kl("k2")
-def k2(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, **_: object) -> torch.Tensor:
+def k2(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     return 0.5 * (logprobs - ref_logprobs).square()
 
 
 @register_kl("k3")
-def k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, **_: object) -> torch.Tensor:
+def k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     log_ratio = ref_logprobs - logprobs
     return torch.exp(log_ratio) - log_ratio - 1
 
 
-@register_kl("low_var_kl", clamp=10.0)
-def low_var_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, *, clamp: float, **_: object) -> torch.Tensor:
+@register_kl("low_var_kl")
+def low_var_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, *, clamp: float) -> torch.Tensor:
     # The inner clamp keeps exp() finite; the outer one bounds the rare huge estimates that make k3 noisy.
     log_ratio = torch.clamp(ref_logprobs - logprobs, min=-20.0, max=20.0)
     return torch.clamp(torch.exp(log_ratio) - log_ratio - 1, min=-clamp, max=clamp)
 
 
 @register_kl("abs")
-def abs_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, **_: object) -> torch.Tensor:
+def abs_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     return (logprobs - ref_logprobs).abs()
 
 
 @register_kl("none")
-def no_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, **_: object) -> torch.Tensor:
+def no_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     return torch.zeros_like(logprobs)
 
 

@@ -4,13 +4,15 @@ Every registry maps a name (the string a config uses, e.g. ``policy_loss: gspo``
 the default values of its hyperparameters. ``build(name, **overrides)`` returns a :class:`BoundFn`: the
 function with its hyperparameters fixed, called with keyword tensors only.
 
-Hyperparameters are declared in the decorator, not guessed from the signature, so that the set a config
-may override is explicit and a typo in either place fails loudly at import or build time::
+A function declares everything it reads in its signature: its hyperparameters (declared with their defaults in
+``trinity.algorithm_table`` for a built-in, in the decorator for a plugin's) and its inputs; a ``**kwargs``
+catch-all is refused, so an input the trainer does not supply is an error, never silently ignored::
 
     @register_policy_loss("my_loss", clip_range=0.2)
-    def my_loss(*, logprobs, old_logprobs, advantages, mask, clip_range, **_): ...
+    def my_loss(*, logprobs, old_logprobs, advantages, mask, clip_range): ...
 
-These are :class:`trinity.registry.Registry` instances: built-in names load their module on first use
+The trainer hands a function exactly the inputs it names (``BoundFn.inputs``). These are
+:class:`trinity.registry.Registry` instances: built-in names load their module on first use
 (``trinity.registry_names``), and a package adds names through the entry-point groups
 ``trinity.policy_losses``, ``trinity.advantages``, ... (see examples/plugin).
 """
@@ -22,6 +24,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from trinity.algorithm_table import FUNCTIONS
 from trinity.registry import DuplicateNameError, Registry, UnknownNameError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -40,15 +43,31 @@ class BoundFn:
         name: the registry name.
         kind: the registry kind (e.g. ``"policy loss"``).
         params: the effective hyperparameters (defaults merged with overrides), read-only.
+        inputs: the inputs the function reads, each mapped to whether it must be given.
     """
 
-    __slots__ = ("fn", "kind", "name", "params")
+    __slots__ = ("fn", "inputs", "kind", "name", "params")
 
     def __init__(self, name: str, kind: str, fn: Callable[..., Any], params: Mapping[str, Any]) -> None:
         self.name = name
         self.kind = kind
         self.fn = fn
         self.params: Mapping[str, Any] = MappingProxyType(dict(params))
+        self.inputs: Mapping[str, bool] = MappingProxyType(
+            {
+                p.name: p.default is inspect.Parameter.empty
+                for p in inspect.signature(fn).parameters.values()
+                if p.name not in self.params
+            }
+        )
+
+    def given(self, available: Mapping[str, Any]) -> dict[str, Any]:
+        """The inputs of ``available`` (None = not available) that this function reads; a ValueError naming the
+        first input it must have and ``available`` lacks."""
+        missing = [k for k, required in self.inputs.items() if required and available.get(k) is None]
+        if missing:
+            raise ValueError(f"{self.kind} {self.name!r} needs {', '.join(missing)}, which this batch lacks")
+        return {k: available[k] for k in self.inputs if available.get(k) is not None}
 
     def __call__(self, *args: Any, **inputs: Any) -> Any:
         clash = sorted(self.params.keys() & inputs.keys())
@@ -72,11 +91,20 @@ class FunctionRegistry(Registry[Callable[..., Any]]):
         self._defaults: dict[str, Mapping[str, Any]] = {}
 
     def register(self, name: str, **defaults: Any) -> Callable[[F], F]:
-        """Decorator: register ``fn`` under ``name`` with hyperparameter ``defaults``."""
+        """Decorator: register ``fn`` under ``name`` with hyperparameter ``defaults`` (a built-in's come from
+        ``trinity.algorithm_table``)."""
         add = super().register(name)
+        builtin = FUNCTIONS.get((self.kind, name))  # type: ignore[arg-type]
+        if builtin is not None:
+            if defaults:
+                raise TypeError(
+                    f"{self.label} {name!r}: a built-in declares its hyperparameters in the algorithm table"
+                )
+            defaults = dict(builtin.params)
 
         def decorator(fn: F) -> F:
-            _check_declared(self.label, name, fn, defaults)
+            if name not in self._entries:  # else `add` refuses the second registration
+                _check_declared(self.label, name, fn, defaults)
             add(fn)
             self._defaults[name] = MappingProxyType(dict(defaults))
             return fn
@@ -102,6 +130,11 @@ class FunctionRegistry(Registry[Callable[..., Any]]):
 def _check_declared(kind: str, name: str, fn: Callable[..., Any], defaults: Mapping[str, Any]) -> None:
     """Fail at import time when a declared hyperparameter is not a keyword parameter of ``fn``."""
     params = inspect.signature(fn).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        raise TypeError(
+            f"{kind} {name!r}: {fn.__qualname__} takes **kwargs; name every input it reads instead, so that one the "
+            "trainer does not supply fails loudly"
+        )
     keyword_kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     missing = [k for k in defaults if k not in params or params[k].kind not in keyword_kinds]
     if missing:

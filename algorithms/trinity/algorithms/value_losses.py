@@ -8,7 +8,7 @@ from .aggregation import agg_loss, masked_mean
 from .registry import register_value_loss
 
 
-@register_value_loss("clipped", cliprange_value=0.5, loss_agg_mode="token-mean", norm_constant=None)
+@register_value_loss("clipped")
 def clipped_value_loss(
     *,
     values: torch.Tensor,
@@ -18,7 +18,6 @@ def clipped_value_loss(
     cliprange_value: float,
     loss_agg_mode: str,
     norm_constant: float | None,
-    **_: object,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO's clipped value loss: ``0.5 * agg(max((V - R)^2, (clip(V, V_old +- c) - R)^2))``.
 
@@ -37,7 +36,7 @@ def clipped_value_loss(
     }
 
 
-@register_value_loss("mse", loss_agg_mode="token-mean", norm_constant=None)
+@register_value_loss("mse")
 def mse_value_loss(
     *,
     values: torch.Tensor,
@@ -45,7 +44,6 @@ def mse_value_loss(
     mask: torch.Tensor,
     loss_agg_mode: str,
     norm_constant: float | None,
-    **_: object,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Unclipped ``0.5 * agg((V - R)^2)``."""
     loss = 0.5 * agg_loss((values - returns).square(), mask, loss_agg_mode, norm_constant)

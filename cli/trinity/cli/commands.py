@@ -1,4 +1,4 @@
-"""The `trinity` sub-commands beyond `serve`: run, submit, runs, bench, model."""
+"""The `trinity` sub-commands beyond `serve`: run, submit, runs, bench, check, model."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trinity.cli import preflight
+from trinity.cli.check import add_check_command
 from trinity.config import RunConfig, load_run_config, naming
+from trinity.config.modes import RunMode
 
 if TYPE_CHECKING:
     from trinity.cli.launcher import LocalStack
@@ -43,7 +45,7 @@ def explorer_threads(stages: list[RunConfig], explorers: int, cores: int | None 
     chosen = max(s.explorer.threads for s in stages)
     if chosen:
         return chosen
-    if any(s.mode == "both" and s.synchronizer.sync_offset > 0 for s in stages):
+    if any(s.mode == RunMode.BOTH and s.synchronizer.sync_offset > 0 for s in stages):
         return 1
     return max(1, (cores or os.cpu_count() or 1) // explorers)
 
@@ -172,6 +174,7 @@ def _print_summary(summary: dict[str, Any], output: Path) -> None:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     """Submit a run to a running gateway (docker compose, Kubernetes) and optionally follow it."""
+    from trinity.runtime.events import kind_name
     from trinity.sdk import TrinityClient
     from trinity.v1 import gateway_pb2
 
@@ -183,7 +186,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
             return 0
         for event in handle.watch():
             metrics = " ".join(f"{k}={v:.4g}" for k, v in sorted(event.metrics.items()))
-            print(f"[{event.kind}] step={event.step} v={event.model_version} {event.message} {metrics}", flush=True)
+            print(
+                f"[{kind_name(event.kind)}] step={event.step} v={event.model_version} {event.message} {metrics}",
+                flush=True,
+            )
         run = handle.wait(timeout=60)
     return 0 if run.state == gateway_pb2.RUN_STATE_SUCCEEDED else 1
 
@@ -265,6 +271,8 @@ def add_commands(commands: Any) -> None:
     bench.add_argument("--output", default=None)
     bench.add_argument("--quiet", action="store_true")
     bench.set_defaults(handler=cmd_bench)
+
+    add_check_command(commands)
 
     model = commands.add_parser("model", help="model utilities")
     model_commands = model.add_subparsers(dest="model_command", required=True)

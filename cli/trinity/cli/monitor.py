@@ -13,6 +13,7 @@ from typing import Any
 
 from trinity.config.preset_operators import applied_by_preset
 from trinity.config.run import MonitorConfig, RunConfig
+from trinity.runtime.events import kind_name
 from trinity.sdk.metrics import RunMetrics
 from trinity.v1 import gateway_pb2
 
@@ -71,7 +72,7 @@ class RunMonitor:
             writer.write(event)
         if self._bar is None:
             return
-        if event.kind == "train":
+        if event.kind == gateway_pb2.EVENT_KIND_TRAIN:
             self._bar.n = min(event.step, self.total_steps)
             reward = self.metrics.explore[-1].get("reward_mean") if self.metrics.explore else None
             postfix = {"loss": f"{event.metrics.get('loss/total', float('nan')):.4f}", "v": event.model_version}
@@ -81,14 +82,14 @@ class RunMonitor:
                 postfix["eval_acc"] = self._last_eval
             self._bar.set_postfix(postfix)
             self._bar.refresh()
-        elif event.kind == "eval":
+        elif event.kind == gateway_pb2.EVENT_KIND_EVAL:
             self._last_eval = f"{event.metrics.get('accuracy', 0.0):.3f}"
             self._bar.write(
                 f"eval @ v{event.model_version}: accuracy {event.metrics.get('accuracy', 0.0):.3f}, "
                 f"mean reward {event.metrics.get('mean_reward', 0.0):.3f}"
             )
-        elif event.kind in ("error", "state") and event.message:
-            self._bar.write(f"[{event.kind}] {event.message}")
+        elif event.kind in (gateway_pb2.EVENT_KIND_ERROR, gateway_pb2.EVENT_KIND_STATE) and event.message:
+            self._bar.write(f"[{kind_name(event.kind)}] {event.message}")
 
     def note(self, line: str) -> None:
         """A line for the user on stderr, printed above the progress bar (safe from any thread)."""
@@ -146,10 +147,10 @@ def plot_curves(metrics: RunMetrics, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    explore = metrics.series("explore", "reward_mean")
+    explore = metrics.series(gateway_pb2.EVENT_KIND_EXPLORE, "reward_mean")
     if explore:
         ax.plot([s for s, _ in explore], [v for _, v in explore], label="rollout reward (mean)", alpha=0.6)
-    evals = metrics.series("eval", "accuracy")
+    evals = metrics.series(gateway_pb2.EVENT_KIND_EVAL, "accuracy")
     if evals:
         ax.plot([s for s, _ in evals], [v for _, v in evals], marker="o", label="held-out accuracy (by version)")
     ax.set_xlabel("step / weight version")
@@ -167,9 +168,9 @@ class _TensorBoard:
         self.writer = writer
 
     def write(self, event: gateway_pb2.RunEvent) -> None:
-        x = event.model_version if event.kind == "eval" else event.step
+        x = event.model_version if event.kind == gateway_pb2.EVENT_KIND_EVAL else event.step
         for key, value in event.metrics.items():
-            self.writer.add_scalar(f"{event.kind}/{key}", value, x)
+            self.writer.add_scalar(f"{kind_name(event.kind)}/{key}", value, x)
 
     def close(self) -> None:
         self.writer.close()
@@ -186,8 +187,8 @@ class _MLflow:
         self.run = mlflow.start_run()
 
     def write(self, event: gateway_pb2.RunEvent) -> None:
-        step = event.model_version if event.kind == "eval" else event.step
-        self.mlflow.log_metrics({f"{event.kind}/{k}": v for k, v in event.metrics.items()}, step=step)
+        step = event.model_version if event.kind == gateway_pb2.EVENT_KIND_EVAL else event.step
+        self.mlflow.log_metrics({f"{kind_name(event.kind)}/{k}": v for k, v in event.metrics.items()}, step=step)
 
     def close(self) -> None:
         self.mlflow.end_run()
@@ -203,7 +204,7 @@ class _Wandb:
         self.run = wandb.init(mode=os.environ.get("WANDB_MODE", "offline"), dir=str(output))
 
     def write(self, event: gateway_pb2.RunEvent) -> None:
-        self.run.log({f"{event.kind}/{k}": v for k, v in event.metrics.items()})
+        self.run.log({f"{kind_name(event.kind)}/{k}": v for k, v in event.metrics.items()})
 
     def close(self) -> None:
         self.run.finish()

@@ -19,12 +19,14 @@ from pathlib import Path
 
 from trinity.config import RunConfig
 from trinity.config.errors import ConfigError
+from trinity.config.resolved import resolved_run
 
 
 def local_run(config: RunConfig) -> RunConfig:
     """`config`, once every stage validates and every file it names exists here; ConfigError naming one otherwise."""
     from trinity.models import BUILTIN_MODELS
 
+    submitted_run(config)
     for prefix, stage in _stages(config):
         model = stage.model.path
         if model not in BUILTIN_MODELS and not Path(model).is_dir():
@@ -38,8 +40,8 @@ def local_run(config: RunConfig) -> RunConfig:
 
 
 def submitted_run(config: RunConfig) -> RunConfig:
-    """`config`, once every stage validates (the gateway's machines check the files)."""
-    config.stage_configs()
+    """`config`, once every stage validates and resolves (the gateway's machines check the files)."""
+    resolved_run(config)
     return config
 
 

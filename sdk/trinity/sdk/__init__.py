@@ -5,7 +5,7 @@
     client = TrinityClient("127.0.0.1:50051")
     run = client.create_run("examples/quickstart/config.yaml")
     for event in run.watch():
-        print(event.kind, dict(event.metrics))
+        print(kind_name(event.kind), dict(event.metrics))  # from trinity.runtime.events: "train", "eval", ...
     run.steer(temperature=0.7)   # a live run's knobs: pause_exploration, temperature, learning_rate
     print(run.wait().state)
 

@@ -6,7 +6,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from trinity.runtime.events import kind_name
 from trinity.v1 import gateway_pb2
+
+# The kinds whose events are series of metrics, one row per event (RunMetrics.train, .explore, .eval).
+SERIES_KINDS = frozenset({gateway_pb2.EVENT_KIND_TRAIN, gateway_pb2.EVENT_KIND_EXPLORE, gateway_pb2.EVENT_KIND_EVAL})
 
 
 @dataclass
@@ -21,11 +25,11 @@ class RunMetrics:
         row = {"step": float(event.step), "model_version": float(event.model_version), "stage": float(event.stage)}
         row["unix_ms"] = float(event.unix_ms)
         row.update(event.metrics)
-        if event.kind in ("train", "explore", "eval"):
-            getattr(self, event.kind).append(row)
-        elif event.kind == "weights":
+        if event.kind in SERIES_KINDS:
+            self.rows(event.kind).append(row)
+        elif event.kind == gateway_pb2.EVENT_KIND_WEIGHTS:
             self.weights.append({**row, "message": event.message})
-        elif event.kind == "state":
+        elif event.kind == gateway_pb2.EVENT_KIND_STATE:
             self.states.append(
                 {"state": gateway_pb2.RunState.Name(event.state), "stage": event.stage, "message": event.message}
             )
@@ -37,7 +41,15 @@ class RunMetrics:
             metrics.add(event)
         return metrics
 
-    def series(self, kind: str, key: str) -> list[tuple[float, float]]:
-        """(step, value) pairs; eval rows are keyed by the weight version they evaluated."""
-        x = "model_version" if kind == "eval" else "step"
-        return [(row[x], row[key]) for row in getattr(self, kind) if key in row]
+    def rows(self, kind: gateway_pb2.EventKind) -> list[dict[str, float]]:
+        """The rows of EVENT_KIND_TRAIN, _EXPLORE or _EVAL events, in the order they came."""
+        if kind not in SERIES_KINDS:
+            raise ValueError(f"{kind_name(kind)} events are no series of metrics (train, explore and eval events are)")
+        return {gateway_pb2.EVENT_KIND_TRAIN: self.train, gateway_pb2.EVENT_KIND_EXPLORE: self.explore}.get(
+            kind, self.eval
+        )
+
+    def series(self, kind: gateway_pb2.EventKind, key: str) -> list[tuple[float, float]]:
+        """(step, value) pairs of `kind`'s metric `key`; eval rows are keyed by the weight version they evaluated."""
+        x = "model_version" if kind == gateway_pb2.EVENT_KIND_EVAL else "step"
+        return [(row[x], row[key]) for row in self.rows(kind) if key in row]

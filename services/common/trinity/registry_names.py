@@ -1,4 +1,4 @@
-"""The built-in names of every extension point and the module that registers each (plain data, no imports).
+"""The built-in names of every extension point and the module that registers each (plain data).
 
 The config validates names against this table (plus installed plugins) without importing the
 services; a registry imports a name's module the first time the name is looked up. Adding a built-in
@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
+from trinity import algorithm_table
+
 
 class Kind(NamedTuple):
     group: str  # the entry-point group through which a package adds names of this kind
@@ -22,47 +24,28 @@ def _same(module: str, *names: str) -> dict[str, str]:
 
 
 _ALG = "trinity.algorithms"
-_LOSSES = f"{_ALG}.policy_losses"
 _WORKFLOWS = "trinity.explorer.workflows"
 _REWARDS = "trinity.explorer.rewards"
 _ENGINES = "trinity.explorer.engines"
 
 KINDS: Mapping[str, Kind] = {
-    # algorithm library (trinity.algorithms): `algorithm` is a preset, the `algorithm_type` of a config
-    "algorithm": Kind(
-        "trinity.algorithms",
-        _same(
-            f"{_ALG}.presets",
-            *("asymre", "cispo", "dapo", "dpo", "gigpo", "grpo", "gspo", "jsd", "mix_chord", "on_policy_distill"),
-            *("ppo", "rec", "reinforceplusplus", "rloo", "sapo", "sft", "sppo", "topr"),
-            *("is_ppo", "m2po", "mix", "multi_step_grpo", "opmd", "raft", "remax"),
-        ),
-    ),
-    "advantage": Kind(
-        "trinity.advantages",
-        _same(
-            f"{_ALG}.advantages",
-            *("asymre", "gae", "gigpo", "grpo", "jsd", "on_policy_distill", "opmd", "ppo", "rec", "reinforce"),
-            *("reinforceplusplus", "remax", "rloo", "step_wise_grpo"),
-        ),
-    ),
-    "policy_loss": Kind(
-        "trinity.policy_losses",
-        {
-            **_same(f"{_LOSSES}.clipped", "ppo", "gspo", "cispo", "sapo", "sppo"),
-            **_same(f"{_LOSSES}.reinforce", "topr", "opmd", "rec"),
-            **_same(f"{_LOSSES}.offline", "sft", "sft_phi", "dpo"),
-            **_same(f"{_LOSSES}.chord", "mix_chord", "mix"),
-            **_same(f"{_LOSSES}.unclipped", "importance_sampling", "m2po"),
-        },
-    ),
-    "kl_estimator": Kind("trinity.kl_estimators", _same(f"{_ALG}.kl", "k1", "k2", "k3", "low_var_kl", "abs", "none")),
-    "entropy_term": Kind("trinity.entropy_terms", _same(f"{_ALG}.entropy", "none", "default", "mix")),
-    "value_loss": Kind("trinity.value_losses", _same(f"{_ALG}.value_losses", "clipped", "mse")),
+    # algorithm library: presets (`algorithm_type`) and functions, from the algorithm table
+    "algorithm": Kind("trinity.algorithms", dict.fromkeys(algorithm_table.PRESETS, "trinity.config.algorithm")),
+    **{
+        kind: Kind(f"trinity.{group}", algorithm_table.function_names(kind))
+        for kind, group in (
+            ("advantage", "advantages"),
+            ("policy_loss", "policy_losses"),
+            ("kl_estimator", "kl_estimators"),
+            ("entropy_term", "entropy_terms"),
+            ("value_loss", "value_losses"),
+        )
+    },
     "loss_agg_mode": Kind(
         "trinity.loss_agg_modes",
         _same(
-            f"{_ALG}.aggregation", "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
+            f"{_ALG}.aggregation",
+            *("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm", "pair-mean"),
         ),
     ),
     # explorer

@@ -75,17 +75,7 @@ def _mix_rl_and_sft(
     return loss, metrics
 
 
-@register_policy_loss(
-    "mix",
-    mu=0.1,
-    clip_range=0.2,
-    clip_range_low=None,
-    clip_range_high=None,
-    clip_ratio_c=3.0,
-    loss_agg_mode="token-mean",
-    sft_loss_agg_mode="seq-mean-token-mean",
-    norm_constant=None,
-)
+@register_policy_loss("mix")
 def mix(
     *,
     logprobs: torch.Tensor,
@@ -101,7 +91,6 @@ def mix(
     loss_agg_mode: str,
     sft_loss_agg_mode: str,
     norm_constant: float | None,
-    **_: object,
 ) -> PolicyLossOutput:
     """MIX: ``(1 - mu) * PPO(rollout rows) + mu * SFT(expert rows)`` with a constant ``mu``.
 
@@ -124,20 +113,7 @@ def mix(
     )
 
 
-@register_policy_loss(
-    "mix_chord",
-    mu_warmup_steps=0,
-    mu_decay_steps=0,
-    mu_peak=0.1,
-    mu_valley=0.1,
-    enable_phi_function=True,
-    clip_range=0.2,
-    clip_range_low=None,
-    clip_range_high=None,
-    clip_ratio_c=3.0,
-    loss_agg_mode="token-mean",
-    norm_constant=None,
-)
+@register_policy_loss("mix_chord")
 def mix_chord(
     *,
     logprobs: torch.Tensor,
@@ -157,7 +133,6 @@ def mix_chord(
     loss_agg_mode: str,
     norm_constant: float | None,
     step: int = 0,
-    **_: object,
 ) -> PolicyLossOutput:
     """``(1 - mu) * PPO(rollout rows) + mu * SFT(expert rows)``, ``mu = chord_mu_schedule(step, ...)``.
 

@@ -46,15 +46,7 @@ def ppo_surrogate(
     }
 
 
-@register_policy_loss(
-    "ppo",
-    clip_range=0.2,
-    clip_range_low=None,
-    clip_range_high=None,
-    clip_ratio_c=3.0,
-    loss_agg_mode="token-mean",
-    norm_constant=None,
-)
+@register_policy_loss("ppo")
 def ppo(
     *,
     logprobs: torch.Tensor,
@@ -67,7 +59,6 @@ def ppo(
     clip_ratio_c: float,
     loss_agg_mode: str,
     norm_constant: float | None,
-    **_: object,
 ) -> PolicyLossOutput:
     """PPO clipped surrogate with dual clip (also GRPO's and DAPO's loss; DAPO sets low/high 0.2/0.28)."""
     low, high = resolve_clip(clip_range, clip_range_low, clip_range_high)
@@ -84,14 +75,7 @@ def ppo(
     )
 
 
-@register_policy_loss(
-    "gspo",
-    clip_range=None,
-    clip_range_low=3e-4,
-    clip_range_high=4e-4,
-    loss_agg_mode="seq-mean-token-mean",
-    norm_constant=None,
-)
+@register_policy_loss("gspo")
 def gspo(
     *,
     logprobs: torch.Tensor,
@@ -103,7 +87,6 @@ def gspo(
     clip_range_high: float | None,
     loss_agg_mode: str,
     norm_constant: float | None,
-    **_: object,
 ) -> PolicyLossOutput:
     """GSPO-token (Zheng et al. 2025): clip a *sequence*-level ratio.
 
@@ -128,7 +111,7 @@ def gspo(
     }
 
 
-@register_policy_loss("cispo", clip_range_low=1.0, clip_range_high=0.28, loss_agg_mode="token-mean", norm_constant=None)
+@register_policy_loss("cispo")
 def cispo(
     *,
     logprobs: torch.Tensor,
@@ -139,7 +122,6 @@ def cispo(
     clip_range_high: float,
     loss_agg_mode: str,
     norm_constant: float | None,
-    **_: object,
 ) -> PolicyLossOutput:
     """CISPO (MiniMax-M1): clip the importance weight, not the update.
 
@@ -156,7 +138,7 @@ def cispo(
     }
 
 
-@register_policy_loss("sapo", tau_pos=1.0, tau_neg=1.05, loss_agg_mode="token-mean", norm_constant=None)
+@register_policy_loss("sapo")
 def sapo(
     *,
     logprobs: torch.Tensor,
@@ -167,7 +149,6 @@ def sapo(
     tau_neg: float,
     loss_agg_mode: str,
     norm_constant: float | None,
-    **_: object,
 ) -> PolicyLossOutput:
     """SAPO (Gao et al. 2025): a soft, temperature-controlled gate instead of a hard clip.
 
@@ -188,7 +169,7 @@ def sapo(
     }
 
 
-@register_policy_loss("sppo", epsilon=0.3, loss_agg_mode="token-mean", norm_constant=None)
+@register_policy_loss("sppo")
 def sppo(
     *,
     logprobs: torch.Tensor,
@@ -198,7 +179,6 @@ def sppo(
     epsilon: float,
     loss_agg_mode: str,
     norm_constant: float | None,
-    **_: object,
 ) -> PolicyLossOutput:
     """sPPO: ``-A * log(pi / pi_old)`` on tokens with ratio in ``[1 / (1 + eps), 1 + eps]``, 0 elsewhere.
 

@@ -9,7 +9,7 @@ A policy loss is called with keyword tensors, each ``[batch, seq]`` unless noted
 - optionally ``ref_logprobs`` (reference model), ``expert_mask`` (``[batch]`` bool, CHORD), ``step`` (int).
 
 It returns ``(loss, metrics)``: a scalar tensor to backpropagate and a ``dict[str, float]`` for logging.
-A loss accepts ``**_`` and ignores inputs it does not use, so a trainer can pass everything it has.
+A loss names every input it reads; the trainer hands it exactly those (``BoundFn.inputs``).
 """
 
 from __future__ import annotations

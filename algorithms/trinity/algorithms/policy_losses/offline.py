@@ -5,23 +5,23 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..aggregation import agg_loss, masked_sum
+from ..aggregation import PAIR_MEAN, agg_loss, masked_sum
 from ..registry import register_policy_loss
 from .common import PolicyLossOutput
 
 
-@register_policy_loss("sft", loss_agg_mode="token-mean", norm_constant=None)
+@register_policy_loss("sft")
 def sft(
-    *, logprobs: torch.Tensor, mask: torch.Tensor, loss_agg_mode: str, norm_constant: float | None, **_: object
+    *, logprobs: torch.Tensor, mask: torch.Tensor, loss_agg_mode: str, norm_constant: float | None
 ) -> PolicyLossOutput:
     """Negative log-likelihood of the target tokens: ``agg(-logprobs)``."""
     loss = agg_loss(-logprobs, mask, loss_agg_mode, norm_constant)
     return loss, {"sft_loss": loss.item()}
 
 
-@register_policy_loss("sft_phi", loss_agg_mode="token-mean", norm_constant=None)
+@register_policy_loss("sft_phi")
 def sft_phi(
-    *, logprobs: torch.Tensor, mask: torch.Tensor, loss_agg_mode: str, norm_constant: float | None, **_: object
+    *, logprobs: torch.Tensor, mask: torch.Tensor, loss_agg_mode: str, norm_constant: float | None
 ) -> PolicyLossOutput:
     """CHORD's token-weighted SFT: ``agg(-sg(p (1 - p)) * logprobs)`` with ``p = exp(logprobs)``.
 
@@ -33,7 +33,7 @@ def sft_phi(
     return loss, {"sft_loss": loss.item()}
 
 
-@register_policy_loss("dpo", beta=0.1, label_smoothing=0.0)
+@register_policy_loss("dpo")
 def dpo(
     *,
     logprobs: torch.Tensor,
@@ -41,7 +41,6 @@ def dpo(
     mask: torch.Tensor,
     beta: float,
     label_smoothing: float,
-    **_: object,
 ) -> PolicyLossOutput:
     """DPO on rows in (chosen, rejected) pairs: rows 0/1, 2/3, ... .
 
@@ -56,7 +55,7 @@ def dpo(
     chosen, rejected = seq[0::2] - ref[0::2], seq[1::2] - ref[1::2]
     margin = chosen - rejected
     losses = -(1.0 - label_smoothing) * F.logsigmoid(beta * margin) - label_smoothing * F.logsigmoid(-beta * margin)
-    loss = losses.mean()
+    loss = agg_loss(losses, mask, PAIR_MEAN)
     return loss, {
         "dpo_loss": loss.item(),
         "chosen_reward": (beta * chosen.detach()).mean().item(),

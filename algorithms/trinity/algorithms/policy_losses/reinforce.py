@@ -9,7 +9,7 @@ from ..registry import register_policy_loss
 from .common import PolicyLossOutput, approx_kl, log_ratio
 
 
-@register_policy_loss("topr", advantage_threshold=0.0, loss_agg_mode="token-mean", norm_constant=None)
+@register_policy_loss("topr")
 def topr(
     *,
     logprobs: torch.Tensor,
@@ -19,7 +19,6 @@ def topr(
     advantage_threshold: float,
     loss_agg_mode: str,
     norm_constant: float | None,
-    **_: object,
 ) -> PolicyLossOutput:
     """TOPR (Tapered Off-Policy REINFORCE): ``-sg(alpha) * A * logprobs``.
 
@@ -36,7 +35,7 @@ def topr(
     }
 
 
-@register_policy_loss("opmd", tau=1.0, loss_agg_mode="token-mean", norm_constant=None)
+@register_policy_loss("opmd")
 def opmd(
     *,
     logprobs: torch.Tensor,
@@ -45,7 +44,6 @@ def opmd(
     tau: float,
     loss_agg_mode: str,
     norm_constant: float | None,
-    **_: object,
 ) -> PolicyLossOutput:
     """OPMD / AsymRE loss: ``agg(-A * logprobs) / (1 + tau)`` (no importance weight; ``tau`` regularizes)."""
     loss = agg_loss(-advantages * logprobs, mask, loss_agg_mode, norm_constant) / (1.0 + tau)
@@ -57,20 +55,7 @@ _REC_WEIGHTS = ("none", "importance_sampling", "advantage")
 _REC_REGULARIZERS = ("none", "k2", "forward-kl")
 
 
-@register_policy_loss(
-    "rec",
-    epsilon_low=0.2,
-    epsilon_high=0.2,
-    epsilon_low_prime=0.6,
-    epsilon_high_prime=2.0,
-    clip_mode="none",
-    weight="none",
-    regularizer="none",
-    regularizer_coef=0.0,
-    temp=1.0,
-    loss_agg_mode="token-mean",
-    norm_constant=None,
-)
+@register_policy_loss("rec")
 def rec(
     *,
     logprobs: torch.Tensor,
@@ -88,7 +73,6 @@ def rec(
     temp: float,
     loss_agg_mode: str,
     norm_constant: float | None,
-    **_: object,
 ) -> PolicyLossOutput:
     """REC family (group-relative REINFORCE with optional clipping, weighting and regularization).
 

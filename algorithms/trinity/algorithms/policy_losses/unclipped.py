@@ -18,7 +18,7 @@ def _ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor) -> torch.Tensor:
     return torch.exp(raw + (log_ratio(logprobs, old_logprobs) - raw).detach())
 
 
-@register_policy_loss("importance_sampling", loss_agg_mode="token-mean", norm_constant=None)
+@register_policy_loss("importance_sampling")
 def importance_sampling(
     *,
     logprobs: torch.Tensor,
@@ -27,7 +27,6 @@ def importance_sampling(
     mask: torch.Tensor,
     loss_agg_mode: str,
     norm_constant: float | None,
-    **_: object,
 ) -> PolicyLossOutput:
     """Importance-sampling policy gradient (IS-PPO): ``agg(-A * r)``, ``r = pi / pi_old``, no clip.
 
@@ -67,7 +66,7 @@ def m2po_mask(
     return keep
 
 
-@register_policy_loss("m2po", m2_threshold=0.04, loss_agg_mode="token-mean", norm_constant=None)
+@register_policy_loss("m2po")
 def m2po(
     *,
     logprobs: torch.Tensor,
@@ -77,7 +76,6 @@ def m2po(
     m2_threshold: float,
     loss_agg_mode: str,
     norm_constant: float | None,
-    **_: object,
 ) -> PolicyLossOutput:
     """M2PO (Zheng et al. 2025): the importance-sampling loss on the tokens ``m2po_mask`` keeps.
 

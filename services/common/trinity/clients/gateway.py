@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 
 from trinity.runtime.client import call_with_retry, open_channel
+from trinity.runtime.events import kind_name
 from trinity.runtime.tls import TlsSettings
 from trinity.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
@@ -130,7 +131,7 @@ class RunReporter:
 
     def report(
         self,
-        kind: str,
+        kind: gateway_pb2.EventKind,
         *,
         step: int,
         model_version: int,
@@ -155,5 +156,5 @@ class RunReporter:
         except Exception as err:  # noqa: BLE001 - reporting must not kill the loop that reports
             from trinity.runtime.logging import get_logger
 
-            get_logger(__name__).warning("run.report_failed", kind=kind, error=str(err))
+            get_logger(__name__).warning("run.report_failed", kind=kind_name(kind), error=str(err))
             return True

@@ -8,6 +8,7 @@ loading; `spec` converts a section to its proto message and back; `reference` wr
 A component reads its section as it is: there is no second settings model to copy it into.
 """
 
+from trinity.config.algorithm import AlgorithmConfig, ResolvedAlgorithm, resolve_algorithm
 from trinity.config.buffer import (
     BufferConfig,
     OfflineDataConfig,
@@ -20,7 +21,6 @@ from trinity.config.buffer import (
 from trinity.config.errors import ConfigError, format_validation_error
 from trinity.config.explorer import ExplorerConfig
 from trinity.config.run import (
-    AlgorithmConfig,
     ModelConfig,
     MonitorConfig,
     RunConfig,
@@ -42,6 +42,7 @@ __all__ = [
     "OperatorConfig",
     "OptimizerSection",
     "PriorityReplayConfig",
+    "ResolvedAlgorithm",
     "RunConfig",
     "SelectorName",
     "StreamConfig",
@@ -52,4 +53,5 @@ __all__ = [
     "format_validation_error",
     "load_run_config",
     "parse_run_config",
+    "resolve_algorithm",
 ]

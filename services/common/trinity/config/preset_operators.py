@@ -1,9 +1,5 @@
-"""The data operators an algorithm preset needs, applied to the experience stream without the user listing them.
-
-The presets live in `trinity.algorithms`, which pulls torch; the gateway (which creates the stream) and the
-CLI do not. So the operator names a preset requires are restated here, by algorithm name, and a test holds
-them equal to each preset's `reward_shaping + required_buffer_operators`. The parameters come from the run
-config (DAPO's overlong window from the response budget).
+"""The data operators an algorithm preset implies (`Preset.operators`), applied to the experience stream without
+the user listing them. The parameters come from the run config (DAPO's overlong window from the response budget).
 """
 
 from __future__ import annotations
@@ -13,14 +9,6 @@ from types import MappingProxyType
 
 from trinity.config.buffer import OperatorConfig
 from trinity.config.run import RunConfig
-
-# In application order: shaping first, so that filters judge the shaped reward (as DAPO's group filter does).
-PRESET_OPERATORS: Mapping[str, tuple[str, ...]] = MappingProxyType(
-    {
-        "dapo": ("overlong_reward_penalty", "reward_std_filter"),
-        "raft": ("reward_filter",),
-    }
-)
 
 # DAPO's overlong cache: the last 4096 of its 20480 response tokens, the same fifth of any budget.
 OVERLONG_CACHE_FRACTION = 0.2
@@ -44,8 +32,8 @@ _PARAMS: Mapping[str, Callable[[RunConfig], dict[str, float]]] = MappingProxyTyp
 
 def preset_operators(config: RunConfig) -> tuple[OperatorConfig, ...]:
     """The operators `config.algorithm.algorithm_type` needs, with their parameters for this run."""
-    names = PRESET_OPERATORS.get(config.algorithm.algorithm_type, ())
-    return tuple(OperatorConfig(name=name, params=_PARAMS[name](config)) for name in names)
+    names = config.algorithm.preset.operators
+    return tuple(OperatorConfig(name=name, params=_PARAMS[name](config) if name in _PARAMS else {}) for name in names)
 
 
 def stream_operators(config: RunConfig) -> tuple[OperatorConfig, ...]:

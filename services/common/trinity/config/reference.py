@@ -11,6 +11,7 @@ import json
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel
@@ -87,6 +88,8 @@ def type_name(annotation: Any, paths: dict[type[BaseModel], str]) -> str:
         return "null"
     if origin is Literal:
         return " \\| ".join(json.dumps(v) for v in get_args(annotation))
+    if isinstance(annotation, type) and issubclass(annotation, Enum):  # a StrEnum (`RunMode`) reads as its values
+        return " \\| ".join(json.dumps(m.value) for m in annotation)
     if origin in (Union, types.UnionType):  # members of one shape union are one section
         return " \\| ".join(dict.fromkeys(type_name(a, paths) for a in get_args(annotation)))
     if origin in (tuple, list):

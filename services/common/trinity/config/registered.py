@@ -31,6 +31,8 @@ def _reward(value: str) -> str:
 def _loss_agg_mode(overrides: dict[str, Any]) -> dict[str, Any]:
     """Hyperparameter overrides of a loss: a `loss_agg_mode` among them must be a known mode."""
     mode = overrides.get("loss_agg_mode")
+    if mode == "pair-mean":
+        raise ValueError("loss_agg_mode: 'pair-mean' is DPO's mean over row pairs, not an aggregation of token losses")
     if mode is not None:
         try:
             check_name("loss_agg_mode", str(mode))

@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from trinity.algorithm_table import ROW_INPUT_SOURCES, WORKFLOW_INPUTS, RowInput
+from trinity.config.algorithm import AlgorithmConfig
 from trinity.config.base import _check_name, _Section
 from trinity.config.buffer import BufferConfig
 from trinity.config.errors import ConfigError, format_validation_error
 from trinity.config.explorer import JUDGE_REWARDS, DType, ExplorerConfig
-from trinity.config.registered import AlgorithmName, KLEstimatorName, LossOverrides
+from trinity.config.modes import EXPLORING_MODES, ONLINE_MODES, RunMode
 from trinity.config.sync import SynchronizerConfig
 from trinity.config.trainer import TorchTrainerConfig, TrainerConfig
 from trinity.runtime.limits import MAX_CONFIG_BYTES
-
-OFFLINE_ALGORITHMS = ("sft", "dpo")
 
 
 class ModelConfig(_Section):
@@ -28,41 +28,6 @@ class ModelConfig(_Section):
     dtype: DType = Field(default="float32", description="weight dtype in the engine and the trainer")
     max_prompt_tokens: int = Field(default=512, gt=0, description="prompt budget; with the response, the sequence cap")
     max_response_tokens: int = Field(default=128, gt=0, description="tokens sampled per response at most")
-
-
-class AlgorithmConfig(_Section):
-    """An algorithm preset of `trinity.algorithms` by name, with keyword overrides of its parts."""
-
-    algorithm_type: AlgorithmName = Field(default="grpo", description="the preset: advantage, policy loss, KL, entropy")
-    repeat_times: int = Field(default=8, ge=1, le=1024, description="samples per task (the GRPO group size)")
-    advantage: dict[str, float | int | str | bool] = Field(
-        default_factory=dict, description="keyword overrides of the preset's advantage estimator"
-    )
-    policy_loss: LossOverrides = Field(
-        default_factory=dict, description="keyword overrides of the preset's policy loss"
-    )
-    entropy: LossOverrides = Field(default_factory=dict, description="keyword overrides of the preset's entropy term")
-    value_loss: LossOverrides = Field(
-        default_factory=dict, description="keyword overrides of the preset's value loss (critic presets)"
-    )
-    kl_coef: float | None = Field(default=None, ge=0, description="KL-loss weight; None = the preset's")
-    entropy_coef: float | None = Field(default=None, description="entropy-term weight; None = the preset's")
-    kl_penalty: KLEstimatorName | None = Field(
-        default=None, description="KL estimator subtracted from the token rewards ('none' = off); None = the preset's"
-    )
-    kl_penalty_coef: float | None = Field(default=None, ge=0, description="KL-penalty weight; None = the preset's")
-    kl_controller: Literal["fixed", "adaptive"] = Field(
-        default="fixed",
-        description="adaptive: the KL coefficient (the penalty's when on, else the loss's) follows kl_target",
-    )
-    kl_target: float = Field(default=0.1, gt=0, description="adaptive KL controller: the KL it steers toward")
-    kl_horizon: int = Field(default=10000, ge=1, description="adaptive KL controller: samples over which it adapts")
-    teacher_model: str = Field(
-        default="", description="Hugging Face directory of the teacher (on_policy_distill, jsd); same vocabulary"
-    )
-    expert_data_ratio: float = Field(
-        default=0.5, ge=0, lt=1, description="mode both, mix_chord: share of each train batch taken from offline_data"
-    )
 
 
 class MonitorConfig(_Section):
@@ -77,8 +42,8 @@ class RunConfig(_Section):
     """One YAML file describes a whole RFT run."""
 
     name: str = Field(default="run", description="run name (letters, digits, '_', '.', '-')")
-    mode: Literal["both", "explore", "train", "bench", "serve"] = Field(
-        default="both",
+    mode: RunMode = Field(
+        default=RunMode.BOTH,
         description="both = explore and train; explore; train (offline data); bench; "
         "serve (an OpenAI API whose rewarded sessions are trained on)",
     )
@@ -103,19 +68,26 @@ class RunConfig(_Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:
-        offline = self.algorithm.algorithm_type in OFFLINE_ALGORITHMS
-        if self.mode in ("both", "explore") and self.buffer.taskset is None:
+        offline = not self.algorithm.preset.online
+        if self.mode in EXPLORING_MODES and self.buffer.taskset is None:
             raise ValueError(f"buffer.taskset: required in mode {self.mode!r} (the explorer needs tasks)")
-        if self.mode == "bench" and self.buffer.taskset is None and not self.buffer.eval_tasksets:
+        if self.mode == RunMode.BENCH and self.buffer.taskset is None and not self.buffer.eval_tasksets:
             raise ValueError("buffer.eval_tasksets: mode 'bench' needs eval_tasksets (or a taskset) to evaluate")
-        if self.mode == "train" and not offline and self.buffer.offline_data is None:
+        if self.mode == RunMode.TRAIN and not offline and self.buffer.offline_data is None:
             raise ValueError("buffer.offline_data: mode 'train' needs offline data or an sft/dpo algorithm")
-        if self.mode in ("both", "serve") and offline:
+        if self.mode in ONLINE_MODES and offline:
             raise ValueError(
                 f"algorithm.algorithm_type: {self.algorithm.algorithm_type!r} trains on offline data; use mode 'train'"
             )
         if offline and self.buffer.offline_data is None:
             raise ValueError(f"buffer.offline_data: required for {self.algorithm.algorithm_type!r}")
+        unfed = sorted(self.algorithm.preset.requires - self._fed_inputs())
+        if unfed:
+            sources = "; ".join(f"{r.value} (from {ROW_INPUT_SOURCES[r]})" for r in unfed)
+            raise ValueError(
+                f"algorithm.algorithm_type: {self.algorithm.algorithm_type!r} needs per-row {sources}, which "
+                f"workflow {self.explorer.workflow!r} in mode {self.mode!r} does not supply"
+            )
         judged = [t for t in (self.buffer.taskset, *self.buffer.eval_tasksets) if t and t.reward_fn in JUDGE_REWARDS]
         if judged and self.explorer.judge is None:
             raise ValueError(
@@ -123,9 +95,22 @@ class RunConfig(_Section):
             )
         return self
 
+    def _fed_inputs(self) -> frozenset[RowInput]:
+        """The per-row inputs this run's batches carry; every one where that is not known here (offline data, a
+        plugin's workflow): the trainer refuses a batch without what its preset needs."""
+        if self.mode == RunMode.SERVE:
+            fed = {RowInput.EPISODE_IDS}  # a session's requests form one episode
+        elif self.mode == RunMode.TRAIN or self.explorer.workflow not in WORKFLOW_INPUTS:
+            return frozenset(RowInput)
+        else:
+            fed = set(WORKFLOW_INPUTS[self.explorer.workflow])
+        if self.mode == RunMode.BOTH and self.buffer.offline_data is not None:
+            fed.add(RowInput.EXPERT_MASK)
+        return frozenset(fed)
+
     @property
     def train_batch_size(self) -> int:
-        return self.buffer.train_batch_size or self.buffer.batch_size * self.algorithm.repeat_times
+        return self.buffer.train_batch_size or self.buffer.batch_size * self.algorithm.group_size
 
     @property
     def engine_dtype(self) -> DType:

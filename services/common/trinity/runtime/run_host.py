@@ -14,9 +14,11 @@ from trinity.config import RunConfig
 from trinity.runtime.errors import FailedPrecondition, InvalidArgument, bounded
 from trinity.runtime.limits import MAX_TEXT_CHARS
 from trinity.runtime.status import service_status
-from trinity.v1 import common_pb2, explorer_pb2
+from trinity.v1 import common_pb2, explorer_pb2, gateway_pb2
 
 ACTIVE = ("starting", "running")
+# What a runner reports as it ends its part: a run over elsewhere does not stop it from reporting these.
+LAST_KINDS = frozenset({gateway_pb2.EVENT_KIND_FINISHED, gateway_pb2.EVENT_KIND_ERROR, gateway_pb2.EVENT_KIND_LEAVING})
 
 
 class Runner(Protocol):
@@ -118,7 +120,7 @@ class ReportingRunner:
 
     def _report(
         self: _Reports,
-        kind: str,
+        kind: gateway_pb2.EventKind,
         *,
         step: int | None = None,
         message: str = "",
@@ -133,5 +135,5 @@ class ReportingRunner:
             metrics=metrics,
             final_model_path=final_model_path,
         )
-        if not active and kind not in ("finished", "error", "leaving"):
+        if not active and kind not in LAST_KINDS:
             self._stop.set()  # the run is over (cancelled or failed elsewhere)

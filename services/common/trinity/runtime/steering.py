@@ -1,10 +1,12 @@
-"""The bounds of a steering request (trinity.v1.Steering), checked alike by the gateway and the services."""
+"""The bounds of a steering request (trinity.v1.Steering) and the modes whose runs can apply each knob, checked alike
+by the gateway and the services."""
 
 from __future__ import annotations
 
 import math
 
-from trinity.runtime.errors import InvalidArgument
+from trinity.config.modes import EXPLORING_MODES, TRAINER_MODES, RunMode
+from trinity.runtime.errors import FailedPrecondition, InvalidArgument
 from trinity.runtime.limits import MIN_TEMPERATURE
 from trinity.v1 import common_pb2
 
@@ -38,3 +40,15 @@ def check_steering(steering: common_pb2.Steering, owned: tuple[str, ...] = KNOBS
         if not (math.isfinite(lr) and lr > 0):
             raise InvalidArgument("steering.learning_rate", f"must be a finite number > 0, got {lr}")
     return knobs
+
+
+def check_steerable(mode: RunMode, knobs: list[str]) -> None:
+    """FAILED_PRECONDITION for a knob that a run of `mode` has no service (or no loop) to apply."""
+    if "temperature" in knobs and mode == RunMode.SERVE:
+        raise FailedPrecondition("steering.temperature: a serve-mode run samples as its clients ask, per request")
+    explorer = [k for k in knobs if k in EXPLORER_KNOBS]
+    if explorer and mode not in EXPLORING_MODES:
+        raise FailedPrecondition(f"steering.{explorer[0]}: a run of mode {mode!r} does not explore")
+    trainer = [k for k in knobs if k in TRAINER_KNOBS]
+    if trainer and mode not in TRAINER_MODES:
+        raise FailedPrecondition(f"steering.{trainer[0]}: a run of mode {mode!r} has no trainer")

@@ -16,12 +16,37 @@ class RunState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RUN_STATE_SUCCEEDED: _ClassVar[RunState]
     RUN_STATE_FAILED: _ClassVar[RunState]
     RUN_STATE_CANCELLED: _ClassVar[RunState]
+
+class EventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EVENT_KIND_UNSPECIFIED: _ClassVar[EventKind]
+    EVENT_KIND_STATE: _ClassVar[EventKind]
+    EVENT_KIND_TRAIN: _ClassVar[EventKind]
+    EVENT_KIND_EXPLORE: _ClassVar[EventKind]
+    EVENT_KIND_EVAL: _ClassVar[EventKind]
+    EVENT_KIND_WEIGHTS: _ClassVar[EventKind]
+    EVENT_KIND_LOG: _ClassVar[EventKind]
+    EVENT_KIND_STEER: _ClassVar[EventKind]
+    EVENT_KIND_ERROR: _ClassVar[EventKind]
+    EVENT_KIND_FINISHED: _ClassVar[EventKind]
+    EVENT_KIND_LEAVING: _ClassVar[EventKind]
 RUN_STATE_UNSPECIFIED: RunState
 RUN_STATE_PENDING: RunState
 RUN_STATE_RUNNING: RunState
 RUN_STATE_SUCCEEDED: RunState
 RUN_STATE_FAILED: RunState
 RUN_STATE_CANCELLED: RunState
+EVENT_KIND_UNSPECIFIED: EventKind
+EVENT_KIND_STATE: EventKind
+EVENT_KIND_TRAIN: EventKind
+EVENT_KIND_EXPLORE: EventKind
+EVENT_KIND_EVAL: EventKind
+EVENT_KIND_WEIGHTS: EventKind
+EVENT_KIND_LOG: EventKind
+EVENT_KIND_STEER: EventKind
+EVENT_KIND_ERROR: EventKind
+EVENT_KIND_FINISHED: EventKind
+EVENT_KIND_LEAVING: EventKind
 
 class Run(_message.Message):
     __slots__ = ("id", "name", "state", "config_json", "created_unix_ms", "updated_unix_ms", "error", "train_step", "explore_step", "model_version", "stage", "latest_metrics", "assignments", "finished", "final_model_path", "lost_unix_ms")
@@ -136,7 +161,7 @@ class RunEvent(_message.Message):
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     seq: str
-    kind: str
+    kind: EventKind
     source: str
     step: int
     model_version: int
@@ -147,7 +172,7 @@ class RunEvent(_message.Message):
     stage: int
     final_model_path: str
     event_id: str
-    def __init__(self, run_id: _Optional[str] = ..., seq: _Optional[str] = ..., kind: _Optional[str] = ..., source: _Optional[str] = ..., step: _Optional[int] = ..., model_version: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., message: _Optional[str] = ..., unix_ms: _Optional[int] = ..., state: _Optional[_Union[RunState, str]] = ..., stage: _Optional[int] = ..., final_model_path: _Optional[str] = ..., event_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, run_id: _Optional[str] = ..., seq: _Optional[str] = ..., kind: _Optional[_Union[EventKind, str]] = ..., source: _Optional[str] = ..., step: _Optional[int] = ..., model_version: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., message: _Optional[str] = ..., unix_ms: _Optional[int] = ..., state: _Optional[_Union[RunState, str]] = ..., stage: _Optional[int] = ..., final_model_path: _Optional[str] = ..., event_id: _Optional[str] = ...) -> None: ...
 
 class WatchRunRequest(_message.Message):
     __slots__ = ("run_id", "after_seq")

@@ -160,7 +160,8 @@ class GatewayServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def SteerRun(self, request, context):
-        """Changes a live run's steerable knobs on the services that own them; each change becomes a `steer` event.
+        """Changes a live run's steerable knobs on the services that own them; each change becomes an EVENT_KIND_STEER
+        event.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

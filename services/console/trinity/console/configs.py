@@ -1,5 +1,5 @@
 """What the config form needs: the run-config schema, the registry names, the example configs, and validation
-with the CLI's own messages (`trinity.config.parse_run_config`, as `trinity run` and the gateway call it)."""
+with the CLI's own messages and checks (`trinity.config.resolved_run`, as `trinity check` and the gateway run them)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from trinity.config import ConfigError, RunConfig, parse_run_config
+from trinity.config.resolved import resolved_run
 from trinity.registry import Registry
 from trinity.registry_names import KINDS
 
@@ -32,10 +33,11 @@ def problems(err: ConfigError) -> list[dict[str, str]]:
 
 
 def validate(text: str) -> tuple[RunConfig | None, list[dict[str, str]]]:
-    """The config, or the problems with it; stage overlays are checked too, as the gateway checks them."""
+    """The config, or the problems with it: `trinity check --remote`'s check (`resolved_run`: every stage, what the
+    preset needs from the workflow), as the gateway makes it."""
     try:
         config = parse_run_config(text)
-        config.stage_configs()
+        resolved_run(config)
     except ConfigError as err:
         return None, problems(err)
     return config, []

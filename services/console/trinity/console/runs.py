@@ -9,6 +9,7 @@ import yaml
 
 from trinity.clients import BufferClient
 from trinity.config import RunConfig, naming
+from trinity.runtime.events import kind_name
 from trinity.sdk import TrinityClient
 from trinity.v1 import buffer_pb2, common_pb2, gateway_pb2
 
@@ -87,7 +88,7 @@ def accounting(stats: buffer_pb2.StreamStats | None) -> dict[str, Any]:
 def event_json(event: gateway_pb2.RunEvent) -> dict[str, Any]:
     return {
         "seq": event.seq,
-        "kind": event.kind,
+        "kind": kind_name(event.kind),
         "source": event.source,
         "step": event.step,
         "model_version": event.model_version,

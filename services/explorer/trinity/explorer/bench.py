@@ -15,6 +15,7 @@ from typing import Any
 from trinity.config import RunConfig
 from trinity.explorer.context import ExplorerContext
 from trinity.explorer.evaluation import evaluate
+from trinity.v1 import gateway_pb2
 
 
 def report_path(config: RunConfig) -> Path:
@@ -45,5 +46,9 @@ def run(ctx: ExplorerContext) -> str:
     path = report_path(cfg)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
-    ctx.report("eval", metrics=evaluation.metrics(), message=f"bench at version {ctx.model_version}: {path}")
+    ctx.report(
+        gateway_pb2.EVENT_KIND_EVAL,
+        metrics=evaluation.metrics(),
+        message=f"bench at version {ctx.model_version}: {path}",
+    )
     return f"bench report: {path.resolve()}"

@@ -113,7 +113,9 @@ class ExplorerContext(ReportingRunner):
         """Sleep up to `seconds`; True when the run was stopped meanwhile."""
         return self._stop.wait(seconds)
 
-    def report(self, kind: str, *, step: int | None = None, message: str = "", metrics: dict | None = None) -> None:
+    def report(
+        self, kind: gateway_pb2.EventKind, *, step: int | None = None, message: str = "", metrics: dict | None = None
+    ) -> None:
         """An event in the run's log (step defaults to the current one); a run over elsewhere stops this one."""
         self._report(kind, step=step, message=message, metrics=metrics)
 
@@ -183,7 +185,7 @@ class ExplorerContext(ReportingRunner):
                 self.engine.load_weights(version, tensors)
                 WEIGHT_VERSION.set(version)
                 self.report(
-                    "weights",
+                    gateway_pb2.EVENT_KIND_WEIGHTS,
                     message=f"serving version {version}",
                     metrics={
                         "load_seconds": time.perf_counter() - started,

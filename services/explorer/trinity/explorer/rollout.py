@@ -24,23 +24,22 @@ from collections import Counter
 from dataclasses import dataclass, replace
 
 from trinity.config import RunConfig
+from trinity.config.modes import RunMode
 from trinity.explorer.context import ExplorerContext
 from trinity.explorer.evaluation import evaluate, passed, task_results
 from trinity.explorer.leases import LeaseKeeper
 from trinity.explorer.metrics import ENGINE_QUEUE, record_rollout
 from trinity.explorer.rollout_pool import Rollout, RolloutLimits, RolloutPool
 from trinity.explorer.workflows.base import Workflow
-from trinity.v1 import buffer_pb2
+from trinity.v1 import buffer_pb2, gateway_pb2
 
-# Presets whose advantage subtracts the reward of a greedy response (their `reward_baselines` input).
-GREEDY_BASELINE_ALGORITHMS = ("remax",)
 _DROPS_LISTED = 8  # tasks named in a step's "dropped" log event
 
 
 def needs_greedy_baseline(config: RunConfig, workflow: Workflow) -> bool:
     """Whether rollouts add ReMax's greedy sample; a workflow that cannot add one is refused up front."""
     algorithm = config.algorithm.algorithm_type
-    if algorithm not in GREEDY_BASELINE_ALGORITHMS:
+    if not config.algorithm.preset.greedy_baseline:
         return False
     if not workflow.supports_greedy_baseline:
         raise ValueError(
@@ -52,9 +51,9 @@ def needs_greedy_baseline(config: RunConfig, workflow: Workflow) -> bool:
 
 def explore_steps(config: RunConfig) -> int:
     """Explore steps that feed `total_steps` train steps (or `total_steps` of pure exploring)."""
-    if config.mode != "both":
+    if config.mode != RunMode.BOTH:
         return config.buffer.total_steps
-    per_step = config.buffer.batch_size * config.algorithm.repeat_times
+    per_step = config.buffer.batch_size * config.algorithm.group_size
     return -(-config.buffer.total_steps * config.train_batch_size // per_step)
 
 
@@ -71,7 +70,7 @@ class ExploreBudget:
     @classmethod
     def of(cls, config: RunConfig) -> ExploreBudget:
         steps = explore_steps(config)
-        if config.mode != "both":
+        if config.mode != RunMode.BOTH:
             return cls(train_steps=0, step_cap=steps)
         return cls(config.buffer.total_steps, math.ceil(steps * config.explorer.max_explore_factor))
 
@@ -95,7 +94,7 @@ def run(ctx: ExplorerContext) -> str:
     if taskset_section is None:  # RunConfig refuses modes both/explore without one
         raise ValueError("buffer.taskset: required to explore")
     greedy_baseline = needs_greedy_baseline(cfg, ctx.workflow)
-    if cfg.mode == "both":
+    if cfg.mode == RunMode.BOTH:
         # A replacement explorer continues the run's step count (and so its version requirement).
         ctx.step = int(ctx.gateway.get_run(ctx.run_id).explore_step)
         ctx.start_weight_feed()
@@ -115,7 +114,7 @@ def run(ctx: ExplorerContext) -> str:
             break
         # Per step: a live run's temperature may be steered between steps.
         settings = replace(
-            ctx.rollout_settings(cfg.explorer.temperature, cfg.algorithm.repeat_times),
+            ctx.rollout_settings(cfg.explorer.temperature, cfg.algorithm.group_size),
             greedy_baseline=greedy_baseline,
         )
         started = time.perf_counter()
@@ -147,7 +146,7 @@ def run(ctx: ExplorerContext) -> str:
         return "explorer stopped"
     if budget.capped(ctx.step, fed):
         ctx.report(
-            "log",
+            gateway_pb2.EVENT_KIND_LOG,
             message=f"explore cap reached: {ctx.step} explore steps filled {fed} of {cfg.buffer.total_steps} "
             "train batches (raise explorer.max_explore_factor to sample more)",
         )
@@ -196,7 +195,9 @@ def _batches_fed(ctx: ExplorerContext, stream: str, budget: ExploreBudget) -> in
 def _evaluate(ctx: ExplorerContext) -> None:
     evaluation = evaluate(ctx, ctx.config.buffer.eval_tasksets)
     if evaluation.overall["samples"]:
-        ctx.report("eval", metrics=evaluation.metrics(), message=f"eval at version {ctx.model_version}")
+        ctx.report(
+            gateway_pb2.EVENT_KIND_EVAL, metrics=evaluation.metrics(), message=f"eval at version {ctx.model_version}"
+        )
 
 
 def _report_step(
@@ -225,12 +226,14 @@ def _report_step(
         **_failure_metrics(rollouts, lost_leases),
     }
     record_rollout(metrics, len(experiences), ctx.step, ctx.model_version)
-    ctx.report("explore", step=ctx.step + 1, metrics=metrics)
+    ctx.report(gateway_pb2.EVENT_KIND_EXPLORE, step=ctx.step + 1, metrics=metrics)
     dropped = [r for r in rollouts if r.dropped]
     if dropped:
         shown = ", ".join(f"{r.task.id} ({r.drop_reason})" for r in dropped[:_DROPS_LISTED])
         more = f" and {len(dropped) - _DROPS_LISTED} more" if len(dropped) > _DROPS_LISTED else ""
-        ctx.report("log", step=ctx.step + 1, message=f"dropped {len(dropped)} rollouts: {shown}{more}")
+        ctx.report(
+            gateway_pb2.EVENT_KIND_LOG, step=ctx.step + 1, message=f"dropped {len(dropped)} rollouts: {shown}{more}"
+        )
 
 
 def _failure_metrics(rollouts: list[Rollout], lost_leases: list[str]) -> dict[str, float]:

@@ -14,6 +14,7 @@ from typing import Any
 from trinity.clients import BufferClient, GatewayClient
 from trinity.clients.gateway import RunReporter
 from trinity.config import RunConfig
+from trinity.config.modes import RunMode
 from trinity.explorer import bench, rollout, serve
 from trinity.explorer.context import EngineFailure, ExplorerContext, engine_guard
 from trinity.explorer.engines import create_engine
@@ -22,13 +23,18 @@ from trinity.explorer.steering import Steering
 from trinity.models import resolve_model_path
 from trinity.runtime.errors import one_line
 from trinity.runtime.logging import get_logger
-from trinity.v1 import explorer_pb2
+from trinity.v1 import explorer_pb2, gateway_pb2
 
 log = get_logger(__name__)
 
 Mode = Callable[[ExplorerContext], str]  # runs the mode; returns the `finished` event's message
 ABANDON = (explorer_pb2.STOP_REASON_CANCELLED, explorer_pb2.STOP_REASON_FAILED, explorer_pb2.STOP_REASON_SHUTDOWN)
-MODES: dict[str, Mode] = {"both": rollout.run, "explore": rollout.run, "bench": bench.run, "serve": serve.run}
+MODES: dict[RunMode, Mode] = {
+    RunMode.BOTH: rollout.run,
+    RunMode.EXPLORE: rollout.run,
+    RunMode.BENCH: bench.run,
+    RunMode.SERVE: serve.run,
+}
 
 
 def build_engine(config: RunConfig, model_path: str) -> Engine:
@@ -113,14 +119,14 @@ class ExplorerRunner:
             self.finish_message = self._run()
             if self._leaving:  # its leased tasks go back to the queue; a replacement takes its place
                 self.state = "stopped"
-                self._report_end("leaving", "explorer shutting down")
+                self._report_end(gateway_pb2.EVENT_KIND_LEAVING, "explorer shutting down")
             else:
                 self.state = "finished"
-                self._report_end("finished", self.finish_message)
+                self._report_end(gateway_pb2.EVENT_KIND_FINISHED, self.finish_message)
         except Exception as err:
             log.exception("explorer.failed", run_id=self.run_id)
             self.state = "failed"
-            self._report_end("error", one_line(err))
+            self._report_end(gateway_pb2.EVENT_KIND_ERROR, one_line(err))
         finally:
             if self.context is not None:
                 self.context.close()
@@ -150,5 +156,5 @@ class ExplorerRunner:
         self.state = "running"
         return mode(self.context)
 
-    def _report_end(self, kind: str, message: str) -> None:
+    def _report_end(self, kind: gateway_pb2.EventKind, message: str) -> None:
         self.reporter.report(kind, step=self.step, model_version=self.model_version, message=message)

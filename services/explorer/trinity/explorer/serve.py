@@ -22,7 +22,7 @@ from trinity.explorer.context import ExplorerContext
 from trinity.explorer.openai_api import OpenAIServer, ServeBackend, create_app
 from trinity.explorer.sessions import SessionStore
 from trinity.runtime.tls import TlsSettings
-from trinity.v1 import common_pb2
+from trinity.v1 import common_pb2, gateway_pb2
 
 WEIGHT_POLL_S = 0.5
 REPORT_S = 2.0
@@ -88,7 +88,9 @@ def run(ctx: ExplorerContext) -> str:
         tls=TlsSettings.from_env(),
     )
     ctx.openai_url = server.start()
-    ctx.report("log", message=f"OpenAI endpoint at {ctx.openai_url}", metrics={"openai_port": server.port})
+    ctx.report(
+        gateway_pb2.EVENT_KIND_LOG, message=f"OpenAI endpoint at {ctx.openai_url}", metrics={"openai_port": server.port}
+    )
     ctx.start_weight_feed()
     last_report = time.monotonic()
     try:
@@ -97,7 +99,7 @@ def run(ctx: ExplorerContext) -> str:
             expired = sessions.expire()
             if expired.sessions:
                 ctx.report(
-                    "log",
+                    gateway_pb2.EVENT_KIND_LOG,
                     message=f"{expired.sessions} sessions ({expired.calls} calls) expired without feedback",
                     metrics={"expired_sessions": float(expired.sessions), "expired_calls": float(expired.calls)},
                 )
@@ -118,7 +120,7 @@ def _report_feedback(ctx: ExplorerContext, tally: FeedbackTally, sessions: Sessi
     stats = sessions.stats()
     ctx.step += 1
     ctx.report(
-        "explore",
+        gateway_pb2.EVENT_KIND_EXPLORE,
         metrics={
             **metrics,
             "open_sessions": float(stats.open_sessions),

@@ -32,7 +32,7 @@ from trinity.runtime.logging import get_logger
 from trinity.runtime.run_host import ACTIVE, RunHost
 from trinity.runtime.server import GrpcServer, full_service_name, start_grpc_service
 from trinity.runtime.settings import ServiceSettings
-from trinity.runtime.steering import EXPLORER_KNOBS, check_steering
+from trinity.runtime.steering import EXPLORER_KNOBS, check_steerable, check_steering
 from trinity.v1 import common_pb2, explorer_pb2, explorer_pb2_grpc
 
 SERVICE_NAME = full_service_name(explorer_pb2, "ExplorerService")
@@ -171,14 +171,11 @@ class ExplorerServicer(explorer_pb2_grpc.ExplorerServiceServicer):
     @grpc_errors
     def Steer(self, request: common_pb2.SteerRequest, context: grpc.ServicerContext) -> Any:
         steering = request.steering
-        check_steering(steering, owned=EXPLORER_KNOBS)
+        knobs = check_steering(steering, owned=EXPLORER_KNOBS)
         runner = self.runner
         if runner is None or runner.run_id != require(request.run_id, "run_id") or runner.state not in ACTIVE:
             raise FailedPrecondition(f"this explorer is not exploring run {request.run_id!r}")
-        if steering.HasField("temperature") and runner.config.mode == "serve":
-            raise FailedPrecondition(
-                "steering.temperature: in serve mode the clients choose their sampling per request"
-            )
+        check_steerable(runner.config.mode, knobs)
         source = f"explorer/{self.settings.instance_id}"
         changes = runner.steering.apply(steering, runner.config.explorer.temperature)
         for knob, old, new in changes:

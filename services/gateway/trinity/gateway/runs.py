@@ -14,7 +14,8 @@ import redis.asyncio
 
 from trinity.gateway import keys
 from trinity.gateway.metrics import EVENTS
-from trinity.runtime.errors import NotFound
+from trinity.runtime.errors import AlreadyExists, NotFound
+from trinity.runtime.events import decode_event, kind_name
 from trinity.v1 import gateway_pb2
 
 EVENT_ID_TTL_S = 24 * 3600  # far longer than any client retries a report
@@ -105,18 +106,9 @@ class RunStore:
     def create(self, name: str, config_json: str, run_id: str = "") -> gateway_pb2.Run:
         run_id = run_id or f"{name}-{uuid.uuid4().hex[:8]}"
         created = now_ms()
-        run = gateway_pb2.Run(
-            id=run_id,
-            name=name,
-            state=gateway_pb2.RUN_STATE_PENDING,
-            config_json=config_json,
-            created_unix_ms=created,
-            updated_unix_ms=created,
-            model_version=0,
-        )
+        run = gateway_pb2.Run(id=run_id, name=name, state=gateway_pb2.RUN_STATE_PENDING, config_json=config_json)
+        run.created_unix_ms = run.updated_unix_ms = created
         if not self.client.set(keys.run(run_id), run.SerializeToString(), nx=True):
-            from trinity.runtime.errors import AlreadyExists
-
             raise AlreadyExists(f"run {run_id!r} already exists")
         self.client.zadd(keys.RUNS, {run_id: created})
         return run
@@ -148,13 +140,13 @@ class RunStore:
             ),
         )
         if new:
-            EVENTS.labels(event.kind or "unknown").inc()
+            EVENTS.labels(kind_name(event.kind)).inc()
         return seq.decode(), bool(new)
 
     def append_event(self, event: gateway_pb2.RunEvent) -> str:
         event.unix_ms = event.unix_ms or now_ms()
         seq = cast(bytes, self.client.xadd(keys.events(event.run_id), {"e": event.SerializeToString()}))
-        EVENTS.labels(event.kind or "unknown").inc()
+        EVENTS.labels(kind_name(event.kind)).inc()
         return seq.decode()
 
     async def watch(self, run_id: str, after: str = "0") -> AsyncIterator[gateway_pb2.RunEvent]:
@@ -229,7 +221,7 @@ class RunStore:
         events = []
         for _stream, rows in reply or []:
             for seq, fields in rows:
-                event = gateway_pb2.RunEvent.FromString(fields[b"e"])
+                event = decode_event(fields[b"e"])
                 event.seq = seq.decode()
                 events.append(event)
         return events

@@ -29,7 +29,6 @@ def start_gateway(settings: ServiceSettings) -> GrpcServer:
         runs,
         InstanceRegistry(client, liveness_seconds=settings.liveness_seconds),
         SyncGroups(client),
-        address="",
         recovery_seconds=settings.recovery_seconds,
     )
     servicer = GatewayServicer(orchestrator, settings.instance_id, max_active_runs=settings.max_active_runs)
@@ -45,7 +44,7 @@ def start_gateway(settings: ServiceSettings) -> GrpcServer:
         on_shutdown_async=waits.aclose,
     )
     server = GrpcServer(settings, registration)
-    orchestrator.address = settings.advertised_address(server.port)
+    orchestrator.stages.address = settings.advertised_address(server.port)
     server.start()
     orchestrator.start_monitor()
     return server

@@ -13,6 +13,7 @@ from trinity.config.base import NAME_PATTERN
 from trinity.gateway.orchestrator import Orchestrator
 from trinity.gateway.registry import InstanceRegistry
 from trinity.gateway.runs import TERMINAL, RunStore
+from trinity.gateway.steering import steer
 from trinity.gateway.sync_groups import SyncGroups
 from trinity.runtime.aio import MAX_WAITS
 from trinity.runtime.errors import (
@@ -34,7 +35,8 @@ EVENT_SEQ = re.compile(r"\d{1,20}(-\d{1,20})?")  # a Redis stream entry id, as R
 
 def _check_event(event: gateway_pb2.RunEvent) -> None:
     require(event.run_id, "event.run_id")
-    require(event.kind, "event.kind")
+    if event.kind not in gateway_pb2.EventKind.values() or event.kind == gateway_pb2.EVENT_KIND_UNSPECIFIED:
+        raise InvalidArgument("event.kind", f"{event.kind} is not an EventKind (EVENT_KIND_TRAIN, ...)")
     bounded(event.source, "event.source")
     bounded(event.seq, "event.seq")
     bounded(event.message, "event.message", MAX_TEXT_CHARS)
@@ -47,9 +49,9 @@ def _check_event(event: gateway_pb2.RunEvent) -> None:
 class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
     def __init__(self, orchestrator: Orchestrator, instance_id: str, max_active_runs: int = MAX_ACTIVE_RUNS) -> None:
         self.orchestrator = orchestrator
-        self.runs: RunStore = orchestrator.runs
-        self.registry: InstanceRegistry = orchestrator.registry
-        self.sync: SyncGroups = orchestrator.sync_groups
+        self.runs: RunStore = orchestrator.ledger.runs
+        self.registry: InstanceRegistry = orchestrator.ledger.registry
+        self.sync: SyncGroups = orchestrator.ledger.sync_groups
         self.instance_id = instance_id
         self.max_active_runs = max_active_runs
 
@@ -109,7 +111,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
 
     @grpc_errors
     def SteerRun(self, request: gateway_pb2.SteerRunRequest, context: grpc.ServicerContext) -> Any:
-        return self.orchestrator.steer(require(request.run_id, "run_id"), request.steering)
+        return steer(self.orchestrator.ledger, require(request.run_id, "run_id"), request.steering)
 
     # ---- registry ------------------------------------------------------------------------------------
 
@@ -140,9 +142,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         require(request.run_id, "run_id")
         require(request.instance_id, "instance_id")
         group = self.sync.open(request)
-        self.orchestrator.event(
-            request.run_id, "weights", message=f"sync group generation {group.generation} opened ({group.host})"
-        )
+        opened = f"sync group generation {group.generation} opened ({group.host})"
+        self.orchestrator.ledger.event(request.run_id, gateway_pb2.EVENT_KIND_WEIGHTS, message=opened)
         return group
 
     @grpc_errors
@@ -164,11 +165,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         bounded(request.instance_id, "instance_id")
         bounded(request.error, "error", MAX_TEXT_CHARS)
         group = self.sync.close(require(request.run_id, "run_id"), request.generation)
-        self.orchestrator.event(
-            request.run_id,
-            "weights",
-            message=f"sync generation {request.generation} failed at {request.instance_id}: {request.error}",
-        )
+        failed = f"sync generation {request.generation} failed at {request.instance_id}: {request.error}"
+        self.orchestrator.ledger.event(request.run_id, gateway_pb2.EVENT_KIND_WEIGHTS, message=failed)
         return group or gateway_pb2.SyncGroup(run_id=request.run_id)
 
     @grpc_errors

@@ -181,11 +181,3 @@ class SyncGroups:
             group.world_size = 0  # nobody can join a closed generation
             self._save(group)
             return group
-
-    def members_of(self, instance_id: str) -> list[gateway_pb2.SyncGroup]:
-        groups = []
-        for key in self.client.scan_iter(match=keys.sync_group("*").replace("{*}", "*")):
-            group = gateway_pb2.SyncGroup.FromString(cast(bytes, self._raw(key)))  # groups are never deleted
-            if any(m.instance_id == instance_id for m in group.members) and group.ready:
-                groups.append(group)
-        return groups

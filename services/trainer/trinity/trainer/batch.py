@@ -23,6 +23,7 @@ from typing import Any, NotRequired, TypedDict
 
 import torch
 
+from trinity.algorithm_table import RowInput
 from trinity.config import ModelConfig
 from trinity.v1 import common_pb2
 
@@ -30,6 +31,7 @@ KIND_ROLLOUT = common_pb2.EXPERIENCE_KIND_ROLLOUT
 KIND_SFT = common_pb2.EXPERIENCE_KIND_SFT
 KIND_PREFERENCE = common_pb2.EXPERIENCE_KIND_PREFERENCE
 REWARD_BASELINE = "reward_baseline"  # the reward component the explorer writes for ReMax
+RETURN_TO_GO = "return_to_go"  # the reward component multi-step workflows write per step
 
 
 @dataclass
@@ -60,6 +62,8 @@ class Sample:
     rejected: TokenSequence | None = None
     expert: bool = False  # a demonstration (SFT kind) inside an RL batch: CHORD's expert rows
     episode: int | None = None  # multi-step episodes: rows of one episode share it (numbered like groups)
+    state_key: str = ""  # multi-step episodes: the environment state the step was taken from
+    return_to_go: float | None = None  # multi-step episodes: the discounted return from this step on
     reward_baseline: float | None = None  # ReMax: the greedy response's reward (`reward_components`)
 
     @property
@@ -206,10 +210,38 @@ def to_samples(
                 rejected=rejected,
                 expert=exp.kind == KIND_SFT,
                 episode=episodes.setdefault(exp.episode_id, len(episodes)) if exp.episode_id else None,
+                state_key=exp.state_key,
+                return_to_go=exp.reward_components.get(RETURN_TO_GO),
                 reward_baseline=exp.reward_components.get(REWARD_BASELINE),
             )
         )
     return samples
+
+
+def row_inputs(samples: Sequence[Sample]) -> dict[RowInput, torch.Tensor | None]:
+    """The per-row inputs only some rollouts carry, `[batch]` each, None where the batch lacks one.
+
+    Episode ids: a row without one is an episode of its own. State keys become GiGPO's anchor-state groups: steps
+    of one task group (`group`) taken from the same state share an id; a row without a key gets -1 (no group).
+    Returns-to-go and ReMax's greedy baselines: all rows or none.
+    """
+    episodes = None
+    if any(s.episode is not None for s in samples):
+        known = 1 + max(s.episode for s in samples if s.episode is not None)
+        own = iter(range(known, known + len(samples)))
+        episodes = torch.tensor([s.episode if s.episode is not None else next(own) for s in samples])
+    anchors: dict[tuple[int, str], int] = {}
+    states = [anchors.setdefault((s.group, s.state_key), len(anchors)) if s.state_key else -1 for s in samples]
+
+    def every(values: list[float | None]) -> torch.Tensor | None:
+        return torch.tensor(values, dtype=torch.float32) if all(v is not None for v in values) else None
+
+    return {
+        RowInput.EPISODE_IDS: episodes,
+        RowInput.STATE_KEYS: torch.tensor(states) if anchors else None,
+        RowInput.STEP_REWARDS: every([s.return_to_go for s in samples]),
+        RowInput.REWARD_BASELINES: every([s.reward_baseline for s in samples]),
+    }
 
 
 def plan_updates(n: int, mini_batch_size: int | None, epochs: int, generator: torch.Generator) -> list[list[int]]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from trinity.clients import BufferClient
 from trinity.config import RunConfig, StreamConfig, naming
+from trinity.config.modes import RunMode
 from trinity.v1 import common_pb2
 
 EXPERT_STREAM = "expert"
@@ -27,7 +28,7 @@ def uses_expert_data(config: RunConfig) -> bool:
     import trinity.algorithms as alg
 
     preset = alg.preset(config.algorithm.algorithm_type)
-    return config.mode == "both" and config.buffer.offline_data is not None and preset.uses_expert_data
+    return config.mode == RunMode.BOTH and config.buffer.offline_data is not None and preset.uses_expert_data
 
 
 def expert_count(usual: int, ratio: float) -> int:

@@ -23,6 +23,7 @@ import torch
 from trinity.clients import BufferClient, GatewayClient
 from trinity.clients.gateway import RunReporter
 from trinity.config import RunConfig, naming
+from trinity.config.modes import ONLINE_MODES
 from trinity.models import resolve_model_path
 from trinity.runtime.errors import one_line
 from trinity.runtime.logging import get_logger
@@ -32,7 +33,7 @@ from trinity.trainer.expert_data import ExpertStream, uses_expert_data
 from trinity.trainer.metrics import record_step
 from trinity.trainer.ranks import ReplicatedBackend, build_run_backend
 from trinity.trainer.weight_publisher import FormingStopped, WeightPublisher
-from trinity.v1 import common_pb2, explorer_pb2
+from trinity.v1 import common_pb2, explorer_pb2, gateway_pb2
 
 log = get_logger(__name__)
 
@@ -132,17 +133,21 @@ class TrainerRunner(ReportingRunner):
             final = self._run()
             if final is None:
                 self.state = "stopped"
-                self._report("leaving", message=f"trainer shutting down; checkpoint at step {self.step}")
+                self._report(
+                    gateway_pb2.EVENT_KIND_LEAVING, message=f"trainer shutting down; checkpoint at step {self.step}"
+                )
             else:
                 self.state = "finished"
-                self._report("finished", message=f"final model: {final}", final_model_path=str(final))
+                self._report(
+                    gateway_pb2.EVENT_KIND_FINISHED, message=f"final model: {final}", final_model_path=str(final)
+                )
         except FormingStopped as stopped:  # the run ended elsewhere; it has reported why
             log.info("trainer.stopped", run_id=self.run_id, detail=str(stopped))
             self.state = "stopped"
         except Exception as err:
             log.exception("trainer.failed", run_id=self.run_id)
             self.state = "failed"
-            self._report("error", message=one_line(err))
+            self._report(gateway_pb2.EVENT_KIND_ERROR, message=one_line(err))
         finally:
             if self.publisher is not None:
                 self.publisher.close()
@@ -165,10 +170,11 @@ class TrainerRunner(ReportingRunner):
             self.expert = ExpertStream(self.buffer, cfg, self.run_id, self.stage, self.instance_id)
             loaded = self.expert.open()
             self._report(
-                "log", message=f"mixing {self.expert.per_batch} demonstrations into each batch ({loaded} loaded)"
+                gateway_pb2.EVENT_KIND_LOG,
+                message=f"mixing {self.expert.per_batch} demonstrations into each batch ({loaded} loaded)",
             )
         self.state = "running"
-        if cfg.mode in ("both", "serve"):  # explorers to feed: rollouts, or the served model
+        if cfg.mode in ONLINE_MODES:  # explorers to feed: rollouts, or the served model
             self.publisher = WeightPublisher(
                 self.gateway,
                 run_id=self.run_id,
@@ -204,7 +210,7 @@ class TrainerRunner(ReportingRunner):
             if self.publisher is not None and self.step % cfg.synchronizer.sync_interval == 0:
                 metrics.update(self.publisher.publish(self.model_version, backend.named_weights))
             record_step(metrics)
-            self._report("train", step=self.step, metrics=metrics)
+            self._report(gateway_pb2.EVENT_KIND_TRAIN, step=self.step, metrics=metrics)
         self._commit(backend, {}, checkpoint=True)  # the final state is a checkpoint too: resume continues from it
         if self._leaving:
             return None
@@ -222,7 +228,10 @@ class TrainerRunner(ReportingRunner):
             backend.load_checkpoint(path)
         backend.continue_versions_after(self.resume_model_version)
         if path is not None:
-            self._report("log", message=f"resumed from {path} at step {self.step}, version {self.model_version}")
+            self._report(
+                gateway_pb2.EVENT_KIND_LOG,
+                message=f"resumed from {path} at step {self.step}, version {self.model_version}",
+            )
 
     def _read_batch(
         self, backend: TrainerBackend

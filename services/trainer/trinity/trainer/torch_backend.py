@@ -1,9 +1,8 @@
 """The PyTorch training backend: one policy, one algorithm, AdamW; on one process or FSDP2 over N ranks.
 
-One `train_step` = filter the batch -> tokenize/pad -> (reference log-probs, values, advantages) ->
-for each PPO epoch and mini-batch: micro-batches under a token budget, gradient accumulation,
-clip, optimizer update. The objective (all data kinds) lives in `objectives.py` and asks this backend
-for its forward passes through `PolicyForward`; this file is the loop and those passes.
+The train step itself is `step.train_step`, shared with the Megatron backend; this file supplies what it asks for
+(`StepBackend`): the models and their forward passes, the backward of this rank's micro-batches, the optimizer,
+checkpoints and weights.
 
 It reads the run config where it lands: `config.trainer` (a `TorchTrainerConfig`), `config.model`,
 `config.algorithm`, and the run-wide seed, length, staleness bound and sampling temperature.
@@ -14,8 +13,9 @@ backend and makes the same calls; `parallel.py` says how a batch is split and th
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,20 +24,10 @@ from torch import nn
 
 from trinity.config import RunConfig, TorchTrainerConfig
 from trinity.trainer import checkpoint as ckpt
-from trinity.trainer.algorithm import AlgorithmParts, resolve_algorithm
+from trinity.trainer.algorithm import AlgorithmParts, build_algorithm
 from trinity.trainer.attention import use_fp32_attention
 from trinity.trainer.backend import backend_section, register_backend
-from trinity.trainer.batch import (
-    Sample,
-    TokenBatch,
-    Tokenizer,
-    TokenSequence,
-    collate,
-    filter_experiences,
-    max_seq_len,
-    plan_updates,
-    to_samples,
-)
+from trinity.trainer.batch import Sample, TokenBatch, Tokenizer, TokenSequence, collate, max_seq_len, to_samples
 from trinity.trainer.kl_control import KLCoefficient
 from trinity.trainer.logprobs import sampling_temperature
 from trinity.trainer.models import (
@@ -51,7 +41,6 @@ from trinity.trainer.models import (
     load_teacher,
     load_tokenizer,
 )
-from trinity.trainer.objectives import CriticTerm, ForwardModel, MicroObjective, PolicyForward, build_objective
 from trinity.trainer.optim import build_optimizer
 from trinity.trainer.parallel import (
     Ranks,
@@ -64,6 +53,7 @@ from trinity.trainer.parallel import (
     shard,
     sum_across,
 )
+from trinity.trainer.step import ForwardModel, MicroLoss, entropy_mode, micro_loss, prepare, train_step
 from trinity.trainer.weights import block_index, named_weights, save_hf
 from trinity.v1 import common_pb2
 
@@ -71,7 +61,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 
-class TorchBackend(PolicyForward):
+class TorchBackend:
     """See `TrainerBackend`. `config.model.path` is a model directory (the runner resolves `smollm2`);
     checkpoints go to `checkpoint_dir`. `algorithm` may be given directly (tests, custom algorithms)."""
 
@@ -81,7 +71,9 @@ class TorchBackend(PolicyForward):
         self.trainer = backend_section(config, TorchTrainerConfig, "TorchBackend", checkpoint_dir)
         self.config = config
         self.checkpoint_dir = checkpoint_dir
-        self.algorithm = algorithm or resolve_algorithm(config.algorithm)
+        self.algorithm = replace(
+            algorithm or build_algorithm(config.algorithm), value_loss_coef=self.trainer.value_loss_coef
+        )
         self.max_seq_len = max_seq_len(config.model)
         self.ranks = Ranks.current()
         self.ranks.check(self.trainer)
@@ -126,7 +118,7 @@ class TorchBackend(PolicyForward):
             groups.append({"params": list(self.critic.parameters()), "lr": opt.critic_lr or opt.lr})
         self.optimizer, self.scheduler = build_optimizer(groups, opt, config.buffer.total_steps)
         self.state = ckpt.TrainState()
-        self._consumed: set[str] = set()
+        self.consumed: set[str] = set()
 
     def _load(self, path: str) -> PreTrainedModel:
         """A causal LM whose log-probs run under this backend's autocast (the policy, its frozen copy), with the
@@ -198,7 +190,7 @@ class TorchBackend(PolicyForward):
             scheduler=self.scheduler,
             generator=self.generator,
         )
-        self._consumed = set(self.state.consumed_ids)
+        self.consumed = set(self.state.consumed_ids)
         if self.state.kl_coef is not None:
             self.kl.value = self.state.kl_coef
 
@@ -271,113 +263,47 @@ class TorchBackend(PolicyForward):
             return model(batch.to(self.device), with_entropy)
 
     # ----------------------------------------------------------------------------- the step
-    def filter_batch(
-        self, experiences: Sequence[common_pb2.Experience]
-    ) -> tuple[list[common_pb2.Experience], dict[str, float]]:
-        """Drop failed, duplicate (already trained) and too-stale experiences, counting each."""
-        return filter_experiences(experiences, self._consumed, self.step, self.config.synchronizer.max_staleness)
-
     def train_step(self, experiences: Sequence[common_pb2.Experience]) -> dict[str, float]:
-        start = time.perf_counter()
-        kept, metrics = self.filter_batch(experiences)
-        if not kept:
-            return {**metrics, "skipped": 1.0, "step": float(self.step)}
-        samples = to_samples(kept, self.tokenizer, max_seq_len=self.max_seq_len)
-        staleness = [self.step - s.model_version for s in samples]
-        metrics.update({"staleness/mean": sum(staleness) / len(staleness), "staleness/max": float(max(staleness))})
-
-        metrics["kl_coef"] = self.kl.value
-        updates = plan_updates(len(samples), self.trainer.mini_batch_size, self.trainer.ppo_epochs, self.generator)
-        objective, prep = self._objective(samples, updates)
-        metrics.update(prep)
-        metrics.update(self._optimize(samples, objective, updates))
-        self.kl.update(metrics, len(samples))
-
-        self.state.step += 1
-        self.state.kl_coef = self.kl.value
-        self.state.model_version += 1
-        new_ids = [s.id for s in samples if s.id]
-        self.state.consumed_ids.extend(new_ids)
-        self._consumed.update(new_ids)
-        seconds = time.perf_counter() - start
-        tokens = sum(seq.length for s in samples for seq in s.sequences) * self.trainer.ppo_epochs
-        metrics.update(
-            {
-                "step": float(self.step),
-                "model_version": float(self.model_version),
-                "samples": float(len(samples)),
-                "tokens": float(tokens),
-                "tokens_per_s": tokens / seconds,
-                "step_seconds": seconds,
-            }
-        )
+        metrics = train_step(self, experiences)
         interval = self.trainer.save_interval
-        if interval and self.step % interval == 0:
+        if "skipped" not in metrics and interval and self.step % interval == 0:
             self.save_checkpoint()
         return metrics
 
-    def _optimize(self, samples: list[Sample], objective: MicroObjective, updates: list[list[int]]) -> dict[str, float]:
-        """One optimizer update per entry of `updates` (`plan_updates`); gradients accumulate over micro-batches."""
-        sums: dict[str, float] = {}
-        weights: dict[str, float] = {}
-        norms: list[float] = []
-        lr = float(self.optimizer.param_groups[0]["lr"])  # the scheduled rate, a steered base included
+    def backward(self, samples: list[Sample], mini: list[int], loss: MicroLoss, with_entropy: bool | str) -> None:
+        """Backward over this rank's token-budget micro-batches of one mini-batch; grads sum in `.grad` (across ranks
+        too: FSDP2 reduce-scatters sums)."""
         self.policy.train()
-        for mini in updates:
-            self.optimizer.zero_grad(set_to_none=True)
-            self._accumulate(samples, objective, mini, sums, weights)
-            norms.append(self._clip_and_step())
-        out = merge_weighted(sums, weights, self.ranks)
-        out.update({"grad_norm": sum(norms) / len(norms), "lr": lr, "updates": float(len(norms))})
-        return out
-
-    def _accumulate(
-        self,
-        samples: list[Sample],
-        objective: MicroObjective,
-        mini: list[int],
-        sums: dict[str, float],
-        weights: dict[str, float],
-    ) -> None:
-        """Backward over this rank's token-budget micro-batches of one mini-batch; grads sum in `.grad`
-        (across ranks too: FSDP2 reduce-scatters sums)."""
+        self.optimizer.zero_grad(set_to_none=True)
         sub = [samples[i] for i in mini]
-        plan = rank_micro_batches(sub, self.ranks, self.trainer.micro_batch_tokens, self.trainer.share_prompts)
-        for local in plan:
+        for local in rank_micro_batches(sub, self.ranks, self.trainer.micro_batch_tokens, self.trainer.share_prompts):
             micro = [mini[j] for j in local or [0]]
-            loss, m, w = objective(micro, mini)
-            if local is None:  # a padding pass: it enters the collectives, its gradient is zero
-                (loss * 0.0).backward()
+            mb = collate([seq for i in micro for seq in samples[i].sequences], self.pad_id, self.pack_budget)
+            logp, entropy = self._token_logprobs(self._policy_pass, mb, with_entropy)
+            values = self.critic(mb.to(self.device)) if self.critic is not None else None
+            if local is None:  # a padding pass: it enters the collectives, its gradient is zero, it reports nothing
+                (logp.sum() * 0.0 + (values.sum() * 0.0 if values is not None else 0.0)).backward()
                 continue
-            loss.backward()
-            for k, v in m.items():
-                sums[k] = sums.get(k, 0.0) + v * w
-                weights[k] = weights.get(k, 0.0) + w
+            loss(micro, mb, logp, entropy, values).backward()
+
+    def current_lr(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])  # the scheduled rate, a steered base included
+
+    def merge_metrics(self, sums: dict[str, float], weights: dict[str, float]) -> dict[str, float]:
+        return merge_weighted(sums, weights, self.ranks)
 
     def compute_gradients(self, experiences: Sequence[common_pb2.Experience]) -> dict[str, float]:
         """Leave the gradient of the whole batch's loss in `.grad` without an update (diagnostics, tests)."""
         samples = to_samples(experiences, self.tokenizer, max_seq_len=self.max_seq_len)
         everything = list(range(len(samples)))
-        objective, _ = self._objective(samples, [everything])
-        self.optimizer.zero_grad(set_to_none=True)
+        batch = prepare(self, self.algorithm, samples, [everything])
         sums: dict[str, float] = {}
         weights: dict[str, float] = {}
-        self._accumulate(samples, objective, everything, sums, weights)
-        return merge_weighted(sums, weights, self.ranks)
+        loss = partial(micro_loss, batch, self.algorithm, mini=everything, step=self.step, sums=sums, weights=weights)
+        self.backward(samples, everything, loss, entropy_mode(self.algorithm))
+        return self.merge_metrics(sums, weights)
 
-    def _objective(self, samples: list[Sample], updates: list[list[int]]) -> tuple[MicroObjective, dict[str, float]]:
-        critic = CriticTerm(self.critic, self.trainer.value_loss_coef) if self.critic is not None else None
-        return build_objective(
-            self,
-            self.kl.apply(self.algorithm),
-            samples,
-            step=self.step,
-            recompute_old_logprobs=self.trainer.recompute_old_logprobs,
-            updates=updates,
-            critic=critic,
-        )
-
-    def _clip_and_step(self) -> float:
+    def clip_and_step(self) -> float:
         max_norm = self.trainer.optimizer.max_grad_norm
         params = [p for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
         policy = [p for p in self.optimizer.param_groups[0]["params"] if p.grad is not None]

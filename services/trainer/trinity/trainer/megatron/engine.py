@@ -1,11 +1,10 @@
-"""One rank's share of training: the Megatron policy, its optimizer, and the train step loop.
+"""One rank's share of training: the Megatron policy, its optimizer, and what the shared train step asks of it.
 
-Every rank runs the same code on the same batch (the command is broadcast by rank 0). Each data-parallel
-replica trains its share of every mini-batch, dealt as the PyTorch backend deals it (`parallel.deal`),
-and the pipeline schedule decides what each stage of the replica computes. The objective is the PyTorch backend's own
-(`trinity.trainer.objectives.build_objective`), fed through `MegatronForward` (its `PolicyForward`):
-the policy log-probs that objective asks for are answered from the logits the schedule hands to the
-last pipeline stage, so both backends compute the same loss terms with the same micro-batch scaling.
+Every rank runs the same code on the same batch (the command is broadcast by rank 0). The step is
+`trinity.trainer.step.train_step`, the PyTorch backend's own: this engine is its `StepBackend`. Each data-parallel
+replica trains its share of every mini-batch, dealt as the PyTorch backend deals it (`parallel.deal`), and the
+pipeline schedule decides what each stage of the replica computes: the step's `micro_loss` runs inside the
+schedule's loss function on the last stage, on the log-probs of that stage's logits.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ from __future__ import annotations
 import json
 import random
 import shutil
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -32,20 +30,19 @@ from trinity.trainer.batch import (
     Tokenizer,
     TokenSequence,
     collate,
-    filter_experiences,
     max_seq_len,
     plan_micro_batches,
-    plan_updates,
     to_samples,
 )
 from trinity.trainer.checkpoint import TrainState, publish, resolve
+from trinity.trainer.kl_control import KLCoefficient
 from trinity.trainer.logprobs import gather_positions, sampling_temperature
 from trinity.trainer.megatron import model as mmodel
 from trinity.trainer.megatron.hf_mapping import megatron_to_hf, stage_layers
 from trinity.trainer.megatron.logprobs import vocab_parallel_logprobs
-from trinity.trainer.objectives import ForwardModel, MicroObjective, PolicyForward, build_objective
 from trinity.trainer.optim import SCHEDULES
 from trinity.trainer.parallel import Ranks, deal, merge_weighted
+from trinity.trainer.step import ForwardModel, MicroLoss, train_step
 from trinity.v1 import common_pb2
 
 MODEL_FILE = "model_optim_rng.pt"  # Megatron's legacy name, one per model-parallel shard
@@ -58,33 +55,6 @@ class _Micro:
 
     batch: TokenBatch
     on_logprobs: Callable[[TokenBatch, torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-class MegatronForward(PolicyForward):
-    """`PolicyForward` over the engine's pipeline, for one train step.
-
-    `logprobs` is called by the objective inside the schedule's loss function, where the log-probs of
-    that micro-batch were just computed from the last stage's logits (`current`).
-    """
-
-    def __init__(self, engine: MegatronEngine) -> None:
-        self._engine = engine
-        self.current: tuple[torch.Tensor, torch.Tensor] | None = None
-
-    @property
-    def pad_id(self) -> int:
-        return self._engine.pad_id
-
-    @property
-    def pack_budget(self) -> int | None:
-        return None  # Megatron's GPT model takes one row per sequence (no block masks)
-
-    def logprobs(self, batch: TokenBatch, *, with_entropy: bool | str = False) -> tuple[torch.Tensor, torch.Tensor]:
-        assert self.current is not None and self.current[0].shape == batch.targets.shape
-        return self.current
-
-    def forward_rows(self, rows: list[TokenSequence], model: ForwardModel) -> torch.Tensor:
-        return self._engine.forward_rows(rows, model)
 
 
 class MegatronEngine:
@@ -135,15 +105,16 @@ class MegatronEngine:
         opt = self.trainer.optimizer
         self.optimizer = mmodel.build_optimizer(self.model, opt, dtype, self.trainer.use_distributed_optimizer)
         self.mconfig.grad_scale_func = self.optimizer.scale_loss
-        # The objective already weights each micro-batch by its share of the mini-batch (see
-        # objectives.py), so the per-token division Megatron would do here is switched off.
+        # The step's micro_loss already weights each micro-batch by its share of the mini-batch (see step.py),
+        # so the per-token division Megatron would do here is switched off.
         self.mconfig.finalize_model_grads_func = lambda models, num_tokens, **kw: finalize_model_grads(
             models, None, **kw
         )
         self.schedule_factor = SCHEDULES.get(opt.schedule)(opt, config.buffer.total_steps)
         self.updates = 0
+        self.kl = KLCoefficient(algorithm, config.algorithm)
         self.state = TrainState()
-        self._consumed: set[str] = set()
+        self.consumed: set[str] = set()
 
     # ----------------------------------------------------------------------------- forward passes
     def _replica_plan(self, units: Sequence[Sample]) -> list[list[int]]:
@@ -222,103 +193,38 @@ class MegatronEngine:
         return self.forward_rows([seq for s in samples for seq in s.sequences])
 
     # ----------------------------------------------------------------------------- the step
-    def filter_batch(
-        self, experiences: Sequence[common_pb2.Experience]
-    ) -> tuple[list[common_pb2.Experience], dict[str, float]]:
-        """Drop failed, duplicate (already trained) and too-stale experiences, counting each."""
-        return filter_experiences(experiences, self._consumed, self.state.step, self.config.synchronizer.max_staleness)
-
     def train_step(self, experiences: Sequence[common_pb2.Experience]) -> dict[str, float]:
-        start = time.perf_counter()
-        kept, metrics = self.filter_batch(experiences)
-        if not kept:
-            return {**metrics, "skipped": 1.0, "step": float(self.state.step)}
-        samples = to_samples(kept, self.tokenizer, max_seq_len=self.max_seq_len)
-        staleness = [self.state.step - s.model_version for s in samples]
-        metrics.update({"staleness/mean": sum(staleness) / len(staleness), "staleness/max": float(max(staleness))})
-        forward = MegatronForward(self)
-        updates = plan_updates(len(samples), self.trainer.mini_batch_size, self.trainer.ppo_epochs, self.generator)
-        objective, prep = build_objective(
-            forward,
-            self.algorithm,
-            samples,
-            step=self.state.step,
-            recompute_old_logprobs=self.trainer.recompute_old_logprobs,
-            updates=updates,
-        )
-        metrics.update(prep)
-        metrics.update(self._optimize(samples, objective, forward, updates))
-        self.state.step += 1
-        self.state.model_version += 1
-        new_ids = [s.id for s in samples if s.id]
-        self.state.consumed_ids.extend(new_ids)
-        self._consumed.update(new_ids)
-        seconds = time.perf_counter() - start
-        tokens = sum(seq.length for s in samples for seq in s.sequences) * self.trainer.ppo_epochs
-        metrics.update(
-            {
-                "step": float(self.state.step),
-                "model_version": float(self.state.model_version),
-                "samples": float(len(samples)),
-                "tokens": float(tokens),
-                "tokens_per_s": tokens / seconds,
-                "step_seconds": seconds,
-            }
-        )
-        return metrics
+        return train_step(self, experiences)
 
-    def _optimize(
-        self, samples: list[Sample], objective: MicroObjective, forward: MegatronForward, updates: list[list[int]]
-    ) -> dict[str, float]:
-        sums: dict[str, float] = {}
-        weights: dict[str, float] = {}
-        norms: list[float] = []
-        lr = self.trainer.optimizer.lr * self.schedule_factor(self.updates)
+    def backward(self, samples: list[Sample], mini: list[int], loss: MicroLoss, with_entropy: bool | str) -> None:
+        """This replica's micro-batches of the mini-batch (planned as the PyTorch backend plans them) through the
+        pipeline schedule, whose loss function calls `loss` on the last stage (the entropy comes with the log-probs
+        there, whatever `with_entropy` asks)."""
         self.model.train()
-        for mini in updates:
-            self.model.zero_grad_buffer()
-            self.optimizer.zero_grad()
-            micros = self._train_micros(samples, mini, objective, forward, sums, weights)
-            self._run_schedule(micros, self.model, forward_only=False)
-            for group in self.optimizer.param_groups:
-                group["lr"] = self.trainer.optimizer.lr * self.schedule_factor(self.updates)
-            _, grad_norm, _ = self.optimizer.step()
-            norms.append(float(grad_norm) if grad_norm is not None else 0.0)
-            self.updates += 1
-        # Every rank joins the gather; the reporting rank of each replica brings that replica's sums.
-        mine: tuple[dict[str, float], dict[str, float]] = (sums, weights) if self.reports else ({}, {})
-        out = merge_weighted(*mine, Ranks.current())
-        out.update({"grad_norm": sum(norms) / len(norms), "lr": lr, "updates": float(len(norms))})
-        return out
-
-    def _train_micros(
-        self,
-        samples: list[Sample],
-        mini: list[int],
-        objective: MicroObjective,
-        forward: MegatronForward,
-        sums: dict[str, float],
-        weights: dict[str, float],
-    ) -> list[_Micro]:
-        """This replica's micro-batches of the mini-batch (planned as the PyTorch backend plans them), with
-        their loss callbacks."""
-        rows: list[TokenSequence] = []
+        self.model.zero_grad_buffer()
+        self.optimizer.zero_grad()
         micros = []
         for local in self._replica_plan([samples[i] for i in mini]):
             micro = [mini[j] for j in local]
             rows = [seq for i in micro for seq in samples[i].sequences]
+            micros.append(_Micro(collate(rows, self.pad_id), partial(_train_loss, loss, micro)))
+        self._run_schedule(micros, self.model, forward_only=False)
 
-            def loss_of(micro: list[int], mb: TokenBatch, logp: torch.Tensor, ent: torch.Tensor) -> torch.Tensor:
-                forward.current = (logp, ent)
-                loss, m, w = objective(micro, mini)
-                forward.current = None
-                for k, v in m.items():
-                    sums[k] = sums.get(k, 0.0) + v * w
-                    weights[k] = weights.get(k, 0.0) + w
-                return loss
+    def current_lr(self) -> float:
+        return self.trainer.optimizer.lr * self.schedule_factor(self.updates)
 
-            micros.append(_Micro(collate(rows, self.pad_id), partial(loss_of, micro)))
-        return micros
+    def clip_and_step(self) -> float:
+        """Megatron's optimizer clips (`trainer.optimizer.max_grad_norm`) inside its step."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.current_lr()
+        _, grad_norm, _ = self.optimizer.step()
+        self.updates += 1
+        return float(grad_norm) if grad_norm is not None else 0.0
+
+    def merge_metrics(self, sums: dict[str, float], weights: dict[str, float]) -> dict[str, float]:
+        """Every rank joins the gather; the reporting rank of each replica brings that replica's sums."""
+        mine: tuple[dict[str, float], dict[str, float]] = (sums, weights) if self.reports else ({}, {})
+        return merge_weighted(*mine, Ranks.current())
 
     # ----------------------------------------------------------------------------- weights
     def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
@@ -416,7 +322,7 @@ class MegatronEngine:
         self.generator.set_state(trainer["generator"])
         self.updates = int(trainer["updates"])
         self.state = TrainState(**json.loads((ckpt / "state.json").read_text()))
-        self._consumed = set(self.state.consumed_ids)
+        self.consumed = set(self.state.consumed_ids)
 
 
 def shard_name(tp_rank: int, pp_rank: int) -> str:
@@ -486,6 +392,12 @@ def set_control_group(group: Any) -> None:
 
 def _control_group() -> Any:
     return _CONTROL.get("group")
+
+
+def _train_loss(
+    loss: MicroLoss, micro: list[int], mb: TokenBatch, logp: torch.Tensor, entropy: torch.Tensor
+) -> torch.Tensor:
+    return loss(micro, mb, logp, entropy, None)
 
 
 def _zero_loss(mb: TokenBatch, logp: torch.Tensor, entropy: torch.Tensor) -> torch.Tensor:

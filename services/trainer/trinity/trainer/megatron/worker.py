@@ -67,7 +67,7 @@ def _serve(rank: int, config: RunConfig, trainer: MegatronTrainerConfig, algorit
     import torch
     import torch.distributed as dist
 
-    from trinity.trainer.algorithm import resolve_algorithm
+    from trinity.trainer.algorithm import build_algorithm
     from trinity.trainer.megatron import cpu_compat
     from trinity.trainer.megatron.engine import MegatronEngine, set_control_group
     from trinity.v1 import common_pb2
@@ -94,7 +94,7 @@ def _serve(rank: int, config: RunConfig, trainer: MegatronTrainerConfig, algorit
     commands = dist.new_group(backend="gloo", timeout=_IDLE_TIMEOUT)
     set_control_group(dist.new_group(backend="gloo", timeout=timedelta(seconds=trainer.collective_timeout_s)))
 
-    algorithm = algorithm_factory() if algorithm_factory is not None else resolve_algorithm(config.algorithm)
+    algorithm = algorithm_factory() if algorithm_factory is not None else build_algorithm(config.algorithm)
     engine = MegatronEngine(config, algorithm)
     dist.barrier(group=commands)
     if rank == 0:

@@ -1,0 +1,185 @@
+"""A run's stages: each starts on free services (the buffer prepared, each service started on its part) and ends when
+all of them have finished their parts; then the next starts from the weights the last one exported, or the run
+succeeds. Starting blocks on the buffer: launches run a few at a time in a pool of their own, never on the monitor."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from trinity.clients import BufferClient
+from trinity.config import RunConfig, naming
+from trinity.config.modes import EXPLORER_MODES, TRAINER_MODES, RunMode
+from trinity.config.preset_operators import applied_by_preset, stream_operators
+from trinity.gateway.ledger import ROLE_EXPLORER, ROLE_TRAINER, RUNNING, RunLedger, all_finished, unfinished
+from trinity.gateway.runs import TERMINAL
+from trinity.runtime.errors import FailedPrecondition, NotFound, one_line
+from trinity.runtime.logging import get_logger
+from trinity.v1 import common_pb2, explorer_pb2, gateway_pb2
+
+log = get_logger(__name__)
+
+EVAL_EPOCHS = 1_000_000
+
+
+def roles_for(config: RunConfig) -> dict[str, int]:
+    """How many instances of each role a run's mode needs."""
+    explorers = config.explorer.num_workers if config.mode in EXPLORER_MODES else 0
+    return {ROLE_EXPLORER: explorers, ROLE_TRAINER: 1 if config.mode in TRAINER_MODES else 0}
+
+
+class Stages:
+    def __init__(self, ledger: RunLedger, assign_timeout: float) -> None:
+        self.ledger = ledger
+        self.assign_timeout = assign_timeout
+        self.address = ""  # where services call the gateway back: known once its server has bound its port
+        self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="launch")
+        self._launching: set[str] = set()
+
+    def schedule_pending(self, runs: list[gateway_pb2.Run]) -> None:
+        """Launch the pending runs whose services are free; fail those that waited past `assign_timeout`."""
+        for run in runs:
+            if run.state != gateway_pb2.RUN_STATE_PENDING or run.id in self._launching:
+                continue
+            missing = self._missing(run, runs)
+            if not missing:
+                self._launching.add(run.id)
+                self.pool.submit(self.launch, run.id)
+            elif self.ledger.clock() - run.created_unix_ms > self.assign_timeout * 1000:
+                self.ledger.fail(run.id, f"no free services within {self.assign_timeout:.0f}s ({missing})")
+
+    def _missing(self, run: gateway_pb2.Run, runs: list[gateway_pb2.Run]) -> str:
+        """What the run still waits for ("1 trainer, 2 explorer"), or "" when every service it needs is free."""
+        wanted = {"buffer": 1, **roles_for(self.ledger.stage_config(run))}
+        short = {s: n - len(self.free(s, run.id, runs)) for s, n in wanted.items()}
+        return ", ".join(f"{n} {service}" for service, n in short.items() if n > 0)
+
+    def launch(self, run_id: str) -> None:
+        """Start the run's current stage on free services; a launch that fails fails the run."""
+        try:
+            run = self.ledger.runs.get(run_id)
+            config = self.ledger.stage_config(run)
+            buffer = self._wait_for_instances(run_id, "buffer", 1)[0]
+            self._prepare_buffer(run_id, run.stage, config, buffer.address)
+            wanted = roles_for(config)
+            explorers = self._wait_for_instances(run_id, ROLE_EXPLORER, wanted[ROLE_EXPLORER])
+            trainers = self._wait_for_instances(run_id, ROLE_TRAINER, wanted[ROLE_TRAINER])
+            with self.ledger.change(run_id) as run:
+                if run.state in TERMINAL:
+                    return
+                run.assignments.clear()
+                del run.finished[:]
+                run.assignments.update({i.instance_id: i.service for i in explorers + trainers})
+                run.state = RUNNING
+            self.ledger.event(run_id, gateway_pb2.EVENT_KIND_STATE, message=f"stage {run.stage} running", state=RUNNING)
+            # The trainer first: it reserves the sync group's rendezvous that explorers join.
+            for inst in trainers + explorers:
+                self.start_on(run, inst, buffer.address)
+        except Exception as err:
+            if self.ledger.stopping.is_set():  # this gateway shuts down: the run stays pending for the next one
+                return
+            log.exception("run.launch_failed", run_id=run_id)
+            self.ledger.fail(run_id, f"launch failed: {one_line(err)}")
+        finally:
+            self._launching.discard(run_id)
+
+    def _wait_for_instances(self, run_id: str, service: str, count: int) -> list[gateway_pb2.Instance]:
+        deadline = time.monotonic() + self.assign_timeout
+        while count:
+            if self.ledger.stopping.is_set() or self.ledger.runs.get(run_id).state in TERMINAL:
+                raise FailedPrecondition("run ended (or the gateway stopped) while waiting for services")
+            free = self.free(service, run_id, self.ledger.runs.all())
+            if len(free) >= count:
+                return free[:count]
+            if time.monotonic() > deadline:
+                raise FailedPrecondition(
+                    f"needs {count} live {service} instance(s), found {len(free)} within {self.assign_timeout:.0f}s"
+                )
+            self.ledger.stopping.wait(0.2)
+        return []
+
+    def free(self, service: str, exclude_run: str, runs: list[gateway_pb2.Run]) -> list[gateway_pb2.Instance]:
+        """Live instances of `service` that no active run but `exclude_run` has assigned."""
+        busy = {i for r in runs if r.id != exclude_run and r.state not in TERMINAL for i in r.assignments}
+        return [i for i in self.ledger.registry.alive(service) if i.instance_id not in busy]
+
+    def _prepare_buffer(self, run_id: str, stage: int, config: RunConfig, address: str) -> None:
+        with BufferClient(address, timeout=600) as buffer:
+            stream = config.buffer.experience_stream
+            stream_name = naming.experience_stream(run_id, stage, stream.name)
+            operators = stream_operators(config)
+            buffer.create_stream(stream.model_copy(update={"name": stream_name, "operators": operators}), exist_ok=True)
+            added = applied_by_preset(config)
+            if added:
+                names = ", ".join(op.name for op in added)
+                self.ledger.note(run_id, f"{config.algorithm.algorithm_type} applies data operators: {names}")
+            for section in filter(None, [config.buffer.taskset, *config.buffer.eval_tasksets]):
+                update: dict[str, object] = {"name": naming.taskset(run_id, stage, section.name)}
+                if section is not config.buffer.taskset:  # evaluation walks the whole set in order, every time
+                    update |= {"epochs": EVAL_EPOCHS, "selector": "sequential"}
+                buffer.create_taskset(section.model_copy(update=update), replace=False)
+            offline = config.buffer.offline_data
+            if offline is not None and config.mode == RunMode.TRAIN:
+                kind = (
+                    common_pb2.EXPERIENCE_KIND_PREFERENCE
+                    if config.algorithm.preset.data_kind == "preference"
+                    else common_pb2.EXPERIENCE_KIND_SFT
+                )
+                reply = buffer.load_offline(stream_name, offline, kind)
+                self.ledger.note(run_id, f"loaded {reply.loaded} offline samples ({reply.skipped} skipped)")
+
+    def start_on(
+        self, run: gateway_pb2.Run, instance: gateway_pb2.Instance, buffer_address: str, *, replacing: bool = False
+    ) -> None:
+        """StartRun on `instance`; a replacement continues the run's weight versions (a new stage starts at 0)."""
+        request = explorer_pb2.StartRunRequest(
+            run_id=run.id,
+            config_json=self.ledger.stage_config(run).model_dump_json(),
+            buffer_address=buffer_address,
+            gateway_address=self.address,
+            stage=run.stage,
+            resume_model_version=self._newest_version(run) if replacing else 0,
+        )
+        self.ledger.start_run(instance, request)
+        instance.run_id = run.id
+        self.ledger.registry.save(instance)
+        self.ledger.note(run.id, f"{instance.service} {instance.instance_id} started")
+
+    def _newest_version(self, run: gateway_pb2.Run) -> int:
+        """The newest weight version the run has reported or announced (a trainer may die between the two)."""
+        try:
+            return max(run.model_version, self.ledger.sync_groups.get(run.id).announced_version)
+        except NotFound:  # no sync group yet
+            return run.model_version
+
+    def on_finished(self, run_id: str, instance_id: str, final_model_path: str) -> None:
+        """The trainer finishing tells the explorers to wrap up (apply the last weights, evaluate, finish);
+        every explorer finishing tells the trainer to drain the stream and finish."""
+        with self.ledger.change(run_id) as run:
+            if run.state in TERMINAL:
+                return
+            if instance_id not in run.finished:
+                run.finished.append(instance_id)
+            if run.assignments.get(instance_id) == ROLE_TRAINER and final_model_path:
+                run.final_model_path = final_model_path
+        if self.advance_if_done(run):
+            return
+        if run.assignments.get(instance_id) == ROLE_TRAINER:
+            self.ledger.stop_run(unfinished(run, ROLE_EXPLORER), run_id, explorer_pb2.STOP_REASON_TRAINING_FINISHED)
+        elif all_finished(run, ROLE_EXPLORER):
+            self.ledger.stop_run(unfinished(run, ROLE_TRAINER), run_id, explorer_pb2.STOP_REASON_INPUT_EXHAUSTED)
+
+    def advance_if_done(self, run: gateway_pb2.Run) -> bool:
+        """Whether every assigned instance has finished the run's stage; then the next stage starts, or the run
+        succeeds after its last."""
+        if not all(i in run.finished for i in run.assignments):
+            return False
+        if run.stage + 1 >= len(RunConfig.model_validate_json(run.config_json).stage_configs()):
+            self.ledger.finish(run.id, gateway_pb2.RUN_STATE_SUCCEEDED, "all stages finished")
+            return True
+        with self.ledger.change(run.id) as run:
+            run.stage += 1
+        starting = f"stage {run.stage} starting from {self.ledger.stage_config(run).model.path}"
+        self.ledger.event(run.id, gateway_pb2.EVENT_KIND_STATE, message=starting, state=RUNNING)
+        self.launch(run.id)
+        return True

@@ -1,0 +1,118 @@
+"""Runs heal: an assigned explorer or trainer that is lost (silent, replaced by a new process under its id, or
+leaving) has its work taken back at once, and each sweep of the monitor gives it a replacement: the same instance
+id back (a supervisor restarted it) or any free instance of its service. A run fails only when that does not
+happen within `recovery_seconds`, with one line naming the service."""
+
+from __future__ import annotations
+
+import grpc
+
+from trinity.clients import BufferClient
+from trinity.config import naming
+from trinity.gateway.ledger import ROLE_EXPLORER, ROLE_TRAINER, RUNNING, RunLedger, all_finished
+from trinity.gateway.runs import TERMINAL
+from trinity.gateway.stages import Stages
+from trinity.runtime.errors import one_line
+from trinity.runtime.logging import get_logger
+from trinity.v1 import explorer_pb2, gateway_pb2
+
+log = get_logger(__name__)
+
+
+class Supervisor:
+    def __init__(self, ledger: RunLedger, stages: Stages, recovery_seconds: float) -> None:
+        self.ledger, self.stages = ledger, stages
+        self.recovery_seconds = recovery_seconds
+
+    def on_instance_lost(self, instance: gateway_pb2.Instance, why: str) -> None:
+        log.warning("instance.lost", instance=instance.instance_id, service=instance.service, why=why)
+        for run in self.ledger.runs.all():
+            if run.state not in TERMINAL and instance.instance_id in run.assignments:
+                self.lose(run.id, instance.instance_id, why)
+
+    def lose(self, run_id: str, instance_id: str, why: str) -> None:
+        """Take a lost instance's work back (leased tasks, the batch it read) and wait for a replacement."""
+        with self.ledger.change(run_id) as run:
+            role = run.assignments.get(instance_id)
+            if run.state in TERMINAL or role is None or instance_id in run.finished or instance_id in run.lost_unix_ms:
+                return
+            run.lost_unix_ms[instance_id] = self.ledger.clock()
+        self.ledger.note(run_id, f"{role} {instance_id} lost ({why})")
+        try:
+            self._hand_back(run, instance_id, role)
+        except grpc.RpcError as err:  # the buffer is down too: the replacement reclaims them itself
+            log.warning("run.hand_back_failed", run_id=run_id, instance=instance_id, error=one_line(err))
+        group = self.ledger.sync_groups.close(run_id, 0)
+        if group is not None:
+            closed = f"sync group generation {group.generation} closed"
+            self.ledger.event(run_id, gateway_pb2.EVENT_KIND_WEIGHTS, message=closed)
+
+    def _hand_back(self, run: gateway_pb2.Run, instance_id: str, role: str) -> None:
+        buffers = self.ledger.registry.alive("buffer")
+        if not buffers:
+            return
+        with BufferClient(buffers[0].address) as buffer:
+            if role == ROLE_EXPLORER:
+                released = buffer.release_tasks(instance_id)
+                self.ledger.note(run.id, f"re-leased {released} task(s) of {instance_id}")
+            else:
+                name = self.ledger.stage_config(run).buffer.experience_stream.name
+                requeued = buffer.nack(naming.experience_stream(run.id, run.stage, name), instance_id, all_pending=True)
+                self.ledger.note(run.id, f"handed back {requeued} untrained experience(s) of {instance_id}")
+
+    def recover(self, runs: list[gateway_pb2.Run]) -> None:
+        """Give each lost assignment of a running run a replacement, or fail the run once the first of them has
+        gone unreplaced (or its replacements failed to start) past the deadline."""
+        for run in runs:
+            if run.state != RUNNING or not run.lost_unix_ms:
+                continue
+            for old, lost_ms in sorted(run.lost_unix_ms.items()):
+                role = run.assignments[old]
+                if role == ROLE_EXPLORER and all_finished(run, ROLE_TRAINER):
+                    self._retire(run.id, old)  # nothing left for it to explore
+                elif not self._replace(run.id, old) and self.ledger.clock() - lost_ms > self.recovery_seconds * 1000:
+                    self.ledger.fail(run.id, f"{role} {old} lost and not replaced within {self.recovery_seconds:.0f}s")
+                    break
+
+    def _replacement_for(self, old: str, role: str) -> gateway_pb2.Instance | None:
+        """The same instance id back (a restarted process), else a free live instance of the service (read
+        afresh: an earlier replacement in this sweep may have taken one)."""
+        same = self.ledger.registry.get(old)
+        if same is not None and same.alive:
+            return same
+        return next(iter(self.stages.free(role, "", self.ledger.runs.all())), None)
+
+    def _replace(self, run_id: str, old: str) -> bool:
+        """Start a replacement of `old` on the run; whether one started."""
+        buffers = self.ledger.registry.alive("buffer")
+        new = self._replacement_for(old, self.ledger.runs.get(run_id).assignments[old])
+        if new is None or not buffers:  # nothing to start, or the buffer is restarting: the next sweep tries again
+            return False
+        with self.ledger.change(run_id) as run:
+            if run.state in TERMINAL:  # cancelled (or failed) since the sweep began: nobody is to start on it
+                return False
+            role = run.assignments.pop(old)
+            lost_ms = run.lost_unix_ms.pop(old)
+            run.assignments[new.instance_id] = role
+        how = "restarted" if new.instance_id == old else f"replaces {old}"
+        self.ledger.note(run_id, f"{role} {new.instance_id} {how}")
+        try:
+            self.stages.start_on(run, new, buffers[0].address, replacing=True)
+        except grpc.RpcError as err:
+            # Not started after all: lost again, the deadline still counting from the loss (a replacement that
+            # keeps failing to start must not hold the run forever).
+            with self.ledger.change(run_id) as run:
+                run.lost_unix_ms[new.instance_id] = lost_ms
+            log.warning("run.replace_failed", run_id=run_id, instance=new.instance_id, error=one_line(err))
+            return False
+        if role == ROLE_TRAINER and all_finished(run, ROLE_EXPLORER):
+            self.ledger.stop_run([new.instance_id], run_id, explorer_pb2.STOP_REASON_INPUT_EXHAUSTED)
+        return True
+
+    def _retire(self, run_id: str, instance_id: str) -> None:
+        """Drop a lost explorer that is no longer needed, then see whether the stage is complete."""
+        with self.ledger.change(run_id) as run:
+            del run.lost_unix_ms[instance_id]
+            del run.assignments[instance_id]
+        self.ledger.note(run_id, f"explorer {instance_id} not replaced: training has finished")
+        self.stages.advance_if_done(run)

@@ -1,0 +1,142 @@
+"""The gateway's run state machine, transition by transition: losing and replacing services, the end of a stage
+and of a run, failures and cancels (trinity.gateway.supervision, .stages, .launch, .ledger), on real Redis."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from tests.gateway.run_harness import RECOVERY_S, Gateway
+from trinity.config import RunConfig
+from trinity.runtime.redis_server import RedisServer, start_redis_server
+from trinity.v1 import gateway_pb2
+
+RUNNING, SUCCEEDED = gateway_pb2.RUN_STATE_RUNNING, gateway_pb2.RUN_STATE_SUCCEEDED
+FAILED, CANCELLED = gateway_pb2.RUN_STATE_FAILED, gateway_pb2.RUN_STATE_CANCELLED
+
+
+@pytest.fixture(scope="module")
+def own_redis() -> Iterator[RedisServer]:
+    """A Redis of this module's own: the session's is shared with gateway processes whose monitors would act on
+    these runs too."""
+    server = start_redis_server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def gateway(own_redis, buffer_service) -> Iterator[Gateway]:
+    redis.Redis.from_url(own_redis.url).flushall()
+    gateway = Gateway(own_redis.url, buffer_service.address)
+    yield gateway
+    gateway.close()
+
+
+def test_a_lost_trainer_that_comes_back_in_time_is_restarted_on_the_run_after_the_newest_version(gateway, unique):
+    run_id = gateway.launch(unique)
+    trainer = gateway.trainer
+    gateway.report(run_id, trainer, gateway_pb2.EVENT_KIND_TRAIN, step=3, model_version=3)
+    gateway.silence(trainer)
+    gateway.orchestrator.sweep()
+    assert trainer.instance_id in gateway.run(run_id).lost_unix_ms
+
+    gateway.clock.advance(RECOVERY_S - 1)
+    gateway.register(trainer, started=2)  # its supervisor restarted it under the same id
+    gateway.orchestrator.sweep()
+
+    run = gateway.run(run_id)
+    assert run.state == RUNNING and not run.lost_unix_ms and run.assignments[trainer.instance_id] == "trainer"
+    assert [s.resume_model_version for s in trainer.starts] == [0, 3]
+    assert ("log", f"trainer {trainer.instance_id} restarted") in gateway.events(run_id)
+
+
+def test_a_lost_trainer_not_back_in_time_fails_the_run_with_one_line_naming_it(gateway, unique):
+    run_id = gateway.launch(unique)
+    gateway.silence(gateway.trainer)
+    gateway.orchestrator.sweep()
+    gateway.clock.advance(RECOVERY_S + 1)
+    gateway.orchestrator.sweep()
+
+    run = gateway.run(run_id)
+    assert run.state == FAILED
+    assert run.error == f"trainer {gateway.trainer.instance_id} lost and not replaced within {RECOVERY_S:.0f}s"
+    assert gateway.explorer.stop_reasons() == ["STOP_REASON_FAILED"]
+
+
+def test_a_replacement_that_keeps_failing_to_start_fails_the_run_at_the_deadline_of_the_loss(gateway, unique):
+    run_id = gateway.launch(unique)
+    trainer = gateway.trainer
+    gateway.silence(trainer)
+    gateway.orchestrator.sweep()
+    trainer.refuse_start = True
+    gateway.clock.advance(RECOVERY_S - 1)
+    gateway.register(trainer, started=2)
+    gateway.orchestrator.sweep()  # the restarted process refuses to start: lost again, since the same moment
+    assert gateway.run(run_id).state == RUNNING
+
+    gateway.clock.advance(2)
+    gateway.orchestrator.sweep()
+    assert gateway.run(run_id).state == FAILED
+
+
+def test_a_lost_explorer_after_training_finished_is_not_replaced_and_the_run_succeeds(gateway, unique):
+    run_id = gateway.launch(unique)
+    explorer = gateway.explorer
+    gateway.report(run_id, gateway.trainer, gateway_pb2.EVENT_KIND_FINISHED, final_model_path="/models/final")
+    assert explorer.stop_reasons() == ["STOP_REASON_TRAINING_FINISHED"]  # apply the last weights, evaluate, finish
+    gateway.silence(explorer)
+    gateway.orchestrator.sweep()
+
+    run = gateway.run(run_id)
+    assert run.state == SUCCEEDED and explorer.instance_id not in run.assignments
+    assert len(explorer.starts) == 1 and run.final_model_path == "/models/final"
+
+
+def test_a_finished_stage_starts_the_next_from_the_model_it_exported(gateway, unique):
+    run_id = gateway.launch(unique, stages=({"buffer": {"total_steps": 1}},))
+    gateway.report(run_id, gateway.trainer, gateway_pb2.EVENT_KIND_FINISHED, final_model_path="/models/stage-0")
+    gateway.report(run_id, gateway.explorer, gateway_pb2.EVENT_KIND_FINISHED)
+
+    run = gateway.run(run_id)
+    assert run.state == RUNNING and run.stage == 1 and not run.finished
+    for fake in (gateway.trainer, gateway.explorer):
+        start = fake.starts[-1]
+        assert start.stage == 1 and RunConfig.model_validate_json(start.config_json).model.path == "/models/stage-0"
+
+
+def test_an_error_in_a_stage_fails_the_run_and_starts_no_later_stage(gateway, unique):
+    run_id = gateway.launch(unique, stages=({"buffer": {"total_steps": 1}},))
+    gateway.report(run_id, gateway.explorer, gateway_pb2.EVENT_KIND_ERROR, message="reward function crashed")
+
+    run = gateway.run(run_id)
+    assert run.state == FAILED and run.stage == 0
+    assert run.error == f"explorer/{gateway.explorer.instance_id}: reward function crashed"
+    assert gateway.trainer.stop_reasons() == ["STOP_REASON_FAILED"]
+    assert [s.stage for s in gateway.trainer.starts + gateway.explorer.starts] == [0, 0]
+
+
+def test_a_next_stage_that_cannot_be_prepared_fails_the_run_saying_why(gateway, unique):
+    missing = {"buffer": {"taskset": {"path": f"/tmp/{unique}-absent.jsonl"}}}
+    run_id = gateway.launch(unique, stages=(missing,))
+    gateway.report(run_id, gateway.trainer, gateway_pb2.EVENT_KIND_FINISHED)
+    gateway.report(run_id, gateway.explorer, gateway_pb2.EVENT_KIND_FINISHED)
+
+    run = gateway.run(run_id)
+    assert run.state == FAILED and run.stage == 1
+    assert run.error.startswith("launch failed: ") and f"{unique}-absent.jsonl" in run.error and "\n" not in run.error
+
+
+def test_a_run_cancelled_while_its_trainer_is_lost_is_not_restarted_when_the_trainer_returns(gateway, unique):
+    run_id = gateway.launch(unique)
+    trainer = gateway.trainer
+    gateway.silence(trainer)
+    gateway.orchestrator.sweep()
+    gateway.orchestrator.cancel(run_id, "cancelled by user")
+    gateway.register(trainer, started=2)
+    gateway.orchestrator.sweep()
+
+    assert gateway.run(run_id).state == CANCELLED
+    assert len(trainer.starts) == 1 and trainer.stop_reasons() == []  # it was gone when the cancel was sent
+    assert gateway.explorer.stop_reasons() == ["STOP_REASON_CANCELLED"]
