@@ -119,7 +119,7 @@ def test_jsd_trains_against_the_teacher(tiny_model, teacher):
 
 
 def test_a_teacher_preset_without_a_teacher_or_with_another_vocabulary_is_refused(tiny_model, tmp_path):
-    with pytest.raises(ValueError, match=r"teacher_model: 'on_policy_distill' distills from a teacher"):
+    with pytest.raises(ValueError, match=r"algorithm\.teacher_model\n.*'on_policy_distill' distills from a teacher"):
         run_config(tiny_model, "on_policy_distill")
     other = build_tiny_llama(tmp_path / "other", vocab_size=300, seed=2)
     with pytest.raises(ValueError, match="vocabulary of 300 tokens"):

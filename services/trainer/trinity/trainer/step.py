@@ -41,6 +41,7 @@ from trinity.trainer.kl_control import KLCoefficient
 from trinity.v1 import common_pb2
 
 ForwardModel = Literal["policy", "reference", "critic", "teacher"]
+OldLogprobSource = Literal["sampler", "policy", "own"]
 # (micro-batch sample indices, its rows collated, policy log-probs and entropies [rows, resp], critic values or None)
 MicroLoss = Callable[[list[int], TokenBatch, torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
 
@@ -86,7 +87,6 @@ class StepBackend(Protocol):
 class PreparedBatch:
     """What every micro-batch of a step reads, computed once per step: `[rows, resp]` tensors unless noted."""
 
-    samples: list[Sample]
     rows: list[TokenSequence]
     row_index: list[list[int]]  # the rows of each sample
     mask: torch.Tensor
@@ -164,7 +164,9 @@ def first_update_only(updates: Sequence[Sequence[int]]) -> list[int]:
     return [i for i in updates[0] if i not in later]
 
 
-def old_logprob_rows(alg: AlgorithmParts, sampler_has_all: bool, recompute: bool, first_only: list[int]) -> str:
+def old_logprob_source(
+    alg: AlgorithmParts, sampler_has_all: bool, recompute: bool, first_only: list[int]
+) -> OldLogprobSource:
     """Where PPO's old log-probs come from: `"sampler"` (the explorer's, every row has them and the config trusts
     them), `"policy"` (a pass of the policy before the step's first update) or `"own"` (that pass for every row
     but those only the first update trains: they take that update's own log-probs, detached, for free). `"own"` is
@@ -183,14 +185,14 @@ def prepare(b: StepBackend, alg: AlgorithmParts, samples: list[Sample], updates:
     full = collate(rows, b.pad_id)
     lengths = torch.tensor([len(r.response) for r in rows])
     expert = torch.tensor([s.expert for s in samples for _ in s.sequences])
-    batch = PreparedBatch(samples, rows, row_index, full.mask, lengths, expert)
+    batch = PreparedBatch(rows, row_index, full.mask, lengths, expert)
     batch.metrics = {"action_tokens": float(full.mask.sum()), "response_length/mean": float(lengths.float().mean())}
     batch.ref = b.forward_rows(rows, "reference") if alg.needs_reference else None
     if alg.data_kind != "rollout":
         return batch
     sampler = full.old_logprobs if all(r.old_logprobs is not None for r in rows) else None
     first_only = batch.rows_of(first_update_only(updates))
-    source = old_logprob_rows(alg, sampler is not None, b.config.trainer.recompute_old_logprobs, first_only)
+    source = old_logprob_source(alg, sampler is not None, b.config.trainer.recompute_old_logprobs, first_only)
     if source == "sampler":
         batch.old = sampler
     else:
