@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from trinity.config import parse_run_config
 from trinity.config.errors import ConfigError
+from trinity.config.resolved import resolved_run
 from trinity.gateway.ledger import RunLedger
 from trinity.gateway.registry import InstanceRegistry
 from trinity.gateway.runs import TERMINAL, RunStore, now_ms
@@ -50,7 +51,7 @@ class Orchestrator:
     def create_run(self, config_text: str, run_id: str = "") -> gateway_pb2.Run:
         try:
             config = parse_run_config(config_text)
-            config.stage_configs()  # stage overlays must validate too, before anything starts
+            resolved_run(config)  # every stage validates and resolves, as `trinity check` shows it
         except ConfigError as err:
             raise InvalidArgument("", f"invalid run config: {err}") from None
         run = self.ledger.runs.create(config.name, config.model_dump_json(), run_id)
