@@ -4,28 +4,50 @@ nothing: exit 0, or 2 naming the field."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.cli.test_preflight import BAD_INPUT, _config, _trinity
+from tests.cli.test_preflight import BAD_INPUT, _config
 from tests.cli.test_preflight import files as files  # the fixture, shared
+from trinity.cli.main import main
 from trinity.config import ConfigError, parse_run_config
 from trinity.config.resolved import resolved_run
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def _check(config: Path, *flags: str) -> dict:
-    done = _trinity("check", "--config", str(config), *flags)
+@dataclass
+class Done:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def trinity(capsys: pytest.CaptureFixture[str]) -> Callable[..., Done]:
+    """The `trinity` command line, in this process (it starts nothing)."""
+
+    def run(*args: str) -> Done:
+        code = main(list(args))
+        out = capsys.readouterr()
+        return Done(code, out.out, out.err)
+
+    return run
+
+
+def _check(trinity: Callable[..., Done], config: Path, *flags: str) -> dict:
+    done = trinity("check", "--config", str(config), *flags)
     assert done.returncode == 0, done.stderr
     assert done.stdout.rstrip().endswith("valid (1 stage)")
     return yaml.safe_load(done.stdout)
 
 
-def test_check_prints_the_quickstart_as_it_will_run() -> None:
-    resolved = _check(EXAMPLES / "quickstart" / "config.yaml")
+def test_check_prints_the_quickstart_as_it_will_run(trinity: Callable[..., Done]) -> None:
+    resolved = _check(trinity, EXAMPLES / "quickstart" / "config.yaml")
     algorithm = resolved["algorithm"]
     assert algorithm["preset"] == "grpo" and algorithm["group_size"] == 8 and algorithm["train_batch_size"] == 64
     assert algorithm["functions"]["policy_loss"] == {
@@ -36,8 +58,8 @@ def test_check_prints_the_quickstart_as_it_will_run() -> None:
     assert resolved["config"]["trainer"]["mini_batch_size"] == 32  # defaults and settings, every one written out
 
 
-def test_check_shows_what_a_preset_applies(files: dict[str, Path]) -> None:
-    resolved = _check(_config(files, **{"algorithm.algorithm_type": "dapo", "model.max_response_tokens": 20}))
+def test_check_shows_what_a_preset_applies(trinity: Callable[..., Done], files: dict[str, Path]) -> None:
+    resolved = _check(trinity, _config(files, **{"algorithm.algorithm_type": "dapo", "model.max_response_tokens": 20}))
     algorithm = resolved["algorithm"]
     assert algorithm["group_size"] == 16  # the preset's, as the config sets none
     assert algorithm["functions"]["policy_loss"]["clip_range_high"] == 0.28
@@ -47,26 +69,26 @@ def test_check_shows_what_a_preset_applies(files: dict[str, Path]) -> None:
     ]
 
 
-def test_check_names_a_mistyped_override(files: dict[str, Path]) -> None:
-    done = _trinity("check", "--config", str(_config(files, **{"algorithm.policy_loss": {"clip_rang": 0.3}})))
+def test_check_names_a_mistyped_override(trinity: Callable[..., Done], files: dict[str, Path]) -> None:
+    done = trinity("check", "--config", str(_config(files, **{"algorithm.policy_loss": {"clip_rang": 0.3}})))
     assert done.returncode == BAD_INPUT
     assert "algorithm.policy_loss: policy loss 'ppo' has no hyperparameter 'clip_rang'; accepted: clip_range," in (
         done.stderr
     )
 
 
-def test_check_refuses_a_preset_the_workflow_cannot_feed(files: dict[str, Path]) -> None:
-    done = _trinity("check", "--config", str(_config(files, **{"algorithm.algorithm_type": "gigpo"})))
+def test_check_refuses_a_preset_the_workflow_cannot_feed(trinity: Callable[..., Done], files: dict[str, Path]) -> None:
+    done = trinity("check", "--config", str(_config(files, **{"algorithm.algorithm_type": "gigpo"})))
     assert done.returncode == BAD_INPUT
     assert "algorithm.algorithm_type: 'gigpo' needs per-row episode_ids" in done.stderr
     assert "step_group_ids (from Experience.state_key" in done.stderr and "workflow 'math'" in done.stderr
 
 
-def test_check_looks_for_the_files_unless_remote(files: dict[str, Path]) -> None:
+def test_check_looks_for_the_files_unless_remote(trinity: Callable[..., Done], files: dict[str, Path]) -> None:
     config = _config(files, **{"buffer.taskset.path": "/nowhere/tasks.jsonl"})
-    done = _trinity("check", "--config", str(config))
+    done = trinity("check", "--config", str(config))
     assert done.returncode == BAD_INPUT and "buffer.taskset.path: no such file: /nowhere/tasks.jsonl" in done.stderr
-    assert _check(config, "--remote")["config"]["buffer"]["taskset"]["path"] == "/nowhere/tasks.jsonl"
+    assert _check(trinity, config, "--remote")["config"]["buffer"]["taskset"]["path"] == "/nowhere/tasks.jsonl"
 
 
 @pytest.mark.parametrize(
