@@ -167,7 +167,11 @@ class FinishedRun:
 
 @pytest.fixture(scope="module")
 def finished_run(stack) -> FinishedRun:
-    """The job, with one explorer container's process killed (SIGKILL from the host) after train step 2."""
+    """The job, with one explorer container's process killed (SIGKILL from the host) after train step 2.
+
+    Exploration is paused just before the kill: the survivor holds, so the run can reach its last step only
+    through the restarted explorer (which starts unpaused). Unpaused, the survivor could finish the run alone
+    while the replacement still loads its engine, and the loss would end as a retirement instead."""
     events: list[gateway_pb2.RunEvent] = []
     group: gateway_pb2.SyncGroup | None = None
     killed, restarts_before = "", 0
@@ -178,6 +182,7 @@ def finished_run(stack) -> FinishedRun:
             if event.kind == gateway_pb2.EVENT_KIND_TRAIN and group is None:
                 group = client.stub.GetSyncGroup(gateway_pb2.GetSyncGroupRequest(run_id=run.id), timeout=10)
             if event.kind == gateway_pb2.EVENT_KIND_TRAIN and event.step == 2 and not killed:
+                assert run.steer(pause_exploration=True).applied == ["pause_exploration"]
                 killed = stack.containers("explorer")[0]
                 restarts_before = int(docker("inspect", "-f", "{{.RestartCount}}", killed))
                 os.kill(int(docker("inspect", "-f", "{{.State.Pid}}", killed)), 9)
@@ -198,11 +203,15 @@ def test_a_killed_explorer_container_is_restarted_and_rejoins(finished_run):
     restarts = int(docker("inspect", "-f", "{{.RestartCount}}", finished_run.killed))
     assert restarts == finished_run.restarts_before + 1  # the restart policy, not the test, brought it back
     messages = [e.message for e in finished_run.events]
+    listing = "\n".join(messages)
     # Lost by silence, or by its restarted process registering first (the restart can beat the liveness window).
-    assert any(" lost (" in m for m in messages), messages
-    assert any(m.endswith(" restarted") or " replaces " in m for m in messages), messages
+    assert any(" lost (" in m for m in messages), listing
+    assert any(m.endswith(" restarted") or " replaces " in m for m in messages), listing
     generations = {m for m in messages if m.startswith("sync group generation")}
-    assert len(generations) >= 2, generations  # the group was re-formed with the replacement
+    assert len(generations) >= 2, listing  # the group was re-formed with the replacement
+    rejoined = messages.index(next(m for m in messages if m.endswith(" restarted") or " replaces " in m))
+    trained = [e.step for e in finished_run.events[rejoined:] if e.kind == gateway_pb2.EVENT_KIND_TRAIN]
+    assert trained and trained[-1] == 8, listing  # the survivor held: the replacement's rollouts trained the rest
     assert gateway_pb2.RunState.Name(finished_run.final.state) == "RUN_STATE_SUCCEEDED"
 
 
