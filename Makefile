@@ -11,13 +11,13 @@ PROTO_OUT := services/common/trinity/v1
 # Every distribution of the workspace, dependencies first. `compat` editable installs put each folder on
 # sys.path, so the `trinity` namespace package spans them as it does in an image.
 DISTS := services/common sdk algorithms weights services/buffer services/gateway services/trainer services/explorer \
-  services/console
+  services/console services/trackers
 PYPROJECTS := $(addsuffix /pyproject.toml,$(DISTS) cli)
 
 .PHONY: setup lock proto config-docs test test-all test-containers bench learning-check gpu-check lint run clean test-system \
   console-assets test-browser
 
-setup: $(STAMP) console-assets
+setup: $(STAMP)
 
 $(STAMP): $(PYPROJECTS) constraints.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,17 +35,13 @@ $(STAMP): $(PYPROJECTS) constraints.txt requirements-dev.txt
 CONSOLE_WEB := services/console/web
 CONSOLE_VENDOR := services/console/trinity/console/static/vendor
 
-# The console page's third-party code (uPlot, js-yaml) from the npm registry, pinned by the lock file, so the page
-# fetches nothing from the internet. `.js` names: module scripts need a JavaScript MIME type, which `.mjs` may lack.
-console-assets: $(CONSOLE_VENDOR)/.built
-
-$(CONSOLE_VENDOR)/.built: $(CONSOLE_WEB)/package-lock.json
+# The console page's third-party code (uPlot, js-yaml, MIT) is vendored in the console package, in git
+# ($(CONSOLE_VENDOR), with their licences and SOURCES.json), so every install path ships it and none needs npm; the
+# page fetches nothing from the internet. After a change of $(CONSOLE_WEB)/package-lock.json this refreshes it from
+# the npm registry (tests/console/test_console_assets.py checks the files against the lock).
+console-assets: | $(STAMP)
 	npm ci --prefix $(CONSOLE_WEB) --no-audit --no-fund --loglevel=error
-	mkdir -p $(CONSOLE_VENDOR)
-	cp $(CONSOLE_WEB)/node_modules/uplot/dist/uPlot.esm.js $(CONSOLE_VENDOR)/uplot.js
-	cp $(CONSOLE_WEB)/node_modules/uplot/dist/uPlot.min.css $(CONSOLE_VENDOR)/uplot.css
-	cp $(CONSOLE_WEB)/node_modules/js-yaml/dist/browser/js-yaml.esm.min.mjs $(CONSOLE_VENDOR)/js-yaml.js
-	touch $@
+	$(PY) $(CONSOLE_WEB)/vendor.py
 
 # Re-resolve every dependency and write the pins; run it when a pyproject.toml's dependencies change.
 lock: | $(STAMP)
@@ -74,11 +70,11 @@ test-system: $(STAMP)
 	$(PY) -m pytest -q -m system
 
 # The console page in Debian's headless chromium against a real stack (tests/browser).
-test-browser: $(STAMP) console-assets
+test-browser: $(STAMP)
 	$(PY) -m pytest -q -m browser
 
 # The compose stack in real containers: a Docker engine, the images, a job through the SDK (tests/containers).
-test-containers: $(STAMP) console-assets
+test-containers: $(STAMP)
 	deploy/docker/test-containers.sh
 
 # The e2e benchmark runs TRL beside ours; the test suite does not need it.
@@ -90,7 +86,8 @@ $(BENCH_STAMP): $(STAMP) requirements-bench.txt
 bench: $(BENCH_STAMP)
 	$(PY) -m benchmarks
 
-# The quickstart trained by GRPO, DAPO, GSPO, RLOO, REINFORCE++ and OPMD in turn (about 6 min each on 2 cores):
+# The quickstart trained by GRPO, DAPO, GSPO, RLOO, REINFORCE++ and OPMD in turn, then examples/reasoning-gym (about
+# 6 min each on 2 cores):
 # held-out accuracy curves to benchmarks/results/learning_check.json. `pytest -m slow tests/e2e/test_learning_check.py`
 # asserts each one rises.
 learning-check: $(STAMP)

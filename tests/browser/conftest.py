@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Locator, Page, sync_playwright
 
 from tests.e2e.conftest import tiny_config
 from trinity.cli.launcher import LocalStack
@@ -47,9 +47,15 @@ class Artifacts:
         root.mkdir(parents=True, exist_ok=True)
         self.docs = os.environ.get("TRINITY_CONSOLE_SCREENSHOTS")
 
-    def screenshot(self, page: Page, name: str, *, full_page: bool = False, publish: bool = False) -> Path:
+    def screenshot(
+        self, page: Page, name: str, *, full_page: bool = False, publish: bool = False, element: Locator | None = None
+    ) -> Path:
+        """The page (the viewport, or all of it with `full_page`), or only `element`."""
         path = self.root / f"{name}.png"
-        page.screenshot(path=str(path), full_page=full_page)
+        if element is not None:
+            element.screenshot(path=str(path))
+        else:
+            page.screenshot(path=str(path), full_page=full_page)
         if publish and self.docs:
             target = REPO / self.docs if not Path(self.docs).is_absolute() else Path(self.docs)
             target.mkdir(parents=True, exist_ok=True)
@@ -77,7 +83,7 @@ def stack(tmp_path_factory) -> Iterator[LocalStack]:
 @pytest.fixture(scope="session")
 def console(stack: LocalStack) -> Console:
     if not (VENDOR / "uplot.js").is_file():
-        pytest.fail(f"the page's vendored code is missing ({VENDOR}); run `make console-assets`")
+        pytest.fail(f"the page's vendored code is missing ({VENDOR}); it is in git: restore it (`git checkout`)")
     return Console(stack.add_console(0))  # stopped with the stack
 
 

@@ -129,6 +129,24 @@ def test_the_reward_curve_grows_as_events_arrive(page, live_run, artifacts):
     artifacts.screenshot(page, "run", publish=True)
 
 
+def test_the_timeline_draws_a_lane_per_service_and_one_for_weight_sync(page, live_run, artifacts):
+    open_run(page, live_run)
+    # the newest 4 steps once the run is past its start-up: steps 2..5 at least
+    page.wait_for_function(
+        "() => Math.max(0, ...[...document.querySelectorAll('#timeline g[data-step]')].map(g => +g.dataset.step)) >= 5",
+        timeout=LIVE_TIMEOUT_MS,
+    )
+    bars = page.locator("#timeline g[data-phase]")
+    lanes = set(bars.evaluate_all("bars => bars.map(b => b.dataset.lane)"))
+    phases = set(bars.evaluate_all("bars => bars.map(b => b.dataset.phase)"))
+    assert "sync" in lanes and any(lane.startswith("trainer/") for lane in lanes), lanes
+    assert any(lane.startswith("explorer/") for lane in lanes), lanes
+    assert {"rollout", "put", "forward_backward", "optimizer", "publish_weights", "weight_load"} <= phases, phases
+    expect(page.locator("#timeline-caption")).to_contain_text("busy")
+    panel = page.locator("section", has=page.locator("#timeline"))
+    artifacts.screenshot(page, "timeline", publish=True, element=panel)
+
+
 def summary(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "max": max(values), "n": len(values)}
 

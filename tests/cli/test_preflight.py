@@ -77,6 +77,12 @@ def test_run_with_a_missing_eval_file_names_its_position(files):
     assert "buffer.eval_tasksets[0].path: no such file: /nowhere/eval.jsonl" in _run_refused(files, config)
 
 
+def test_run_with_a_missing_file_among_several_task_sets_names_its_position(files):
+    sets = [{"name": "a", "path": str(files["tasks"])}, {"name": "b", "path": "/nowhere/b.jsonl"}]
+    config = _config(files, **{"buffer.taskset": None, "buffer.tasksets": sets})
+    assert "buffer.tasksets[1].path: no such file: /nowhere/b.jsonl" in _run_refused(files, config)
+
+
 def test_run_with_a_missing_model_directory_exits_2_naming_the_field(files):
     assert "model.path: no such directory" in _run_refused(files, _config(files, **{"model.path": "/nowhere/model"}))
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 from trinity.cli.monitor import RunMonitor, preset_additions
 from trinity.config import RunConfig
-from trinity.config.run import MonitorConfig
 
 
 def _config(preset: str, **stage: object) -> RunConfig:
@@ -25,7 +24,6 @@ def test_summary_lists_each_stages_preset_operators(tmp_path: Path) -> None:
     config = _config("grpo", algorithm={"algorithm_type": "dapo"})
     monitor = RunMonitor(
         tmp_path,
-        MonitorConfig(tensorboard=False),
         total_steps=1,
         show_progress=False,
         applied_by_preset=preset_additions(config.stage_configs()),

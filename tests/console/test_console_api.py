@@ -11,13 +11,13 @@ import yaml
 from fastapi.testclient import TestClient
 
 from tests.console.conftest import EXAMPLES
-from trinity.clients import BufferClient
+from trinity.clients import BufferClient, GatewayClient
 from trinity.config import StreamConfig, naming
 from trinity.config.errors import ConfigError
 from trinity.config.run import parse_run_config
 from trinity.console.app import create_app
 from trinity.console.settings import ConsoleSettings
-from trinity.v1 import common_pb2
+from trinity.v1 import common_pb2, gateway_pb2
 
 QUICKSTART = (EXAMPLES / "quickstart" / "config.yaml").read_text()
 
@@ -112,6 +112,29 @@ def test_events_replay_the_run_log_and_end_with_the_run(console, pending_run):
     assert [(e["kind"], e["state"]) for e in events] == [("state", "PENDING"), ("state", "CANCELLED")]
     resumed = _sse_events(console.get(f"/api/runs/{pending_run}/events", params={"after": events[0]["seq"]}).text)
     assert [e["seq"] for e in resumed] == [events[1]["seq"]]
+
+
+def test_spans_come_as_the_timeline_draws_them_from_a_step_on(console, pending_run, stack):
+    event = gateway_pb2.RunEvent(run_id=pending_run, kind=gateway_pb2.EVENT_KIND_TRAIN, source="trainer/t", step=2)
+    for step, start in ((1, 100), (2, 200)):
+        event.spans.add(phase=gateway_pb2.PHASE_OPTIMIZER, step=step, start_unix_ms=start, end_unix_ms=start + 5)
+    with GatewayClient(stack.address) as gateway:
+        gateway.report(event)
+    reply = console.get(f"/api/runs/{pending_run}/spans", params={"since_step": 2})
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["spans"] == [
+        {
+            "phase": "optimizer",
+            "source": "trainer/t",
+            "stage": 0,
+            "step": 2,
+            "model_version": 0,
+            "start_unix_ms": 200,
+            "end_unix_ms": 205,
+            "detail": "",
+        }
+    ]
+    assert console.get("/api/runs/nope/spans").status_code == 404
 
 
 def test_experiences_are_sampled_newest_first_and_filtered(console, pending_run, stack):

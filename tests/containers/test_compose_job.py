@@ -32,7 +32,7 @@ pytestmark = pytest.mark.containers
 
 TOKEN = secrets.token_hex(16)  # compose requires TRINITY_AUTH_TOKEN; a fresh one per run, as a deployment makes
 IMAGES = ["local/redis:7", "trinity/gateway:0.1.0", "trinity/buffer:0.1.0", "trinity/trainer:0.1.0-cpu",
-          "trinity/explorer:0.1.0-cpu"]  # fmt: skip
+          "trinity/explorer:0.1.0-cpu", "trinity/trackers:0.1.0"]  # fmt: skip
 # Each service's own metrics (beyond the client library's process metrics), as the scrape must find them.
 OWN_METRICS = {
     "gateway": ["trinity_gateway_runs", "trinity_gateway_events_total", "trinity_gateway_sync_groups_formed_total"],

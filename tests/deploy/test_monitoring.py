@@ -18,6 +18,7 @@ SERVICE_METRICS = [
     "trinity.buffer.metrics",
     "trinity.trainer.metrics",
     "trinity.explorer.metrics",
+    "trinity.trackers.metrics",
 ]
 
 
@@ -41,7 +42,7 @@ def test_prometheus_scrapes_every_trinity_service_at_its_metrics_port():
             targets[job["job_name"]] = static["targets"]
         for dns in job.get("dns_sd_configs", []):
             targets[job["job_name"]] = [f"{name}:{dns['port']}" for name in dns["names"]]
-    for name in ("gateway", "buffer", "trainer", "explorer"):
+    for name in ("gateway", "buffer", "trainer", "explorer", "trackers"):
         assert targets[name] == [f"{name}:{services[name]['environment']['TRINITY_METRICS_PORT']}"], name
 
 
@@ -52,7 +53,7 @@ def test_every_dashboard_query_names_exported_metrics_and_every_service_is_shown
     for panel in dashboard["panels"]:
         for target in panel["targets"]:
             expr = target["expr"]
-            names = set(re.findall(r"\b(trinity_[a-z_]+)", expr))
+            names = set(re.findall(r"\b(trinity_[a-z0-9_]+)", expr))
             assert names, f"panel {panel['title']!r} queries no Trinity metric: {expr}"
             missing = names - exported
             assert not missing, f"panel {panel['title']!r} queries metrics no service exports: {missing}"

@@ -1,12 +1,13 @@
-"""The learning check (slow: about 6 minutes a preset on 2 cores): each preset trains the quickstart's
-SmolLM2-135M-Instruct and ends with a higher held-out accuracy than it started with. `make learning-check` runs the
-same runs and writes their curves (benchmarks/learning_check.py)."""
+"""The learning check (slow: about 6 minutes a run on 2 cores): each preset trains the quickstart's
+SmolLM2-135M-Instruct, and each example in benchmarks.learning_check.EXAMPLES trains as it ships, and ends with a
+higher held-out accuracy than it started with. `make learning-check` runs the same runs and writes their curves
+(benchmarks/learning_check.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks.learning_check import PRESETS, quickstart_with, run_preset
+from benchmarks.learning_check import EXAMPLES, PRESETS, example, quickstart_with, run_preset
 
 
 @pytest.mark.slow
@@ -18,3 +19,12 @@ def test_the_preset_raises_the_quickstart_heldout_accuracy(tmp_path, preset):
     assert [version for version, _ in curve] == [0.0, 4.0, 8.0, 12.0, 16.0]  # the quickstart's evaluations
     (_, first), (_, last) = curve[0], curve[-1]
     assert last > first, f"{preset}: held-out accuracy {first:.3f} -> {last:.3f}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_the_example_raises_its_heldout_accuracy(tmp_path, name):
+    result = run_preset(example(name), tmp_path, name)
+    assert result["state"] == "RUN_STATE_SUCCEEDED", result
+    (_, first), (_, last) = result["heldout_accuracy"][0], result["heldout_accuracy"][-1]
+    assert last > first, f"{name}: held-out accuracy {first:.3f} -> {last:.3f}"

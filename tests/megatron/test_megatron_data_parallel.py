@@ -33,7 +33,10 @@ LAYOUTS: dict[str, dict[str, Any]] = {
     "dp2_distributed_optimizer": {"data_parallel_size": 2, "use_distributed_optimizer": True},
     "pp2_dp2": {"pipeline_parallel_size": 2, "data_parallel_size": 2},
 }
-METRICS = ("loss/total", "pg_loss", "kl", "entropy", "grad_norm", "advantage/mean", "reward/mean", "lr")
+METRICS = (
+    *("loss/total", "pg_loss", "kl", "entropy", "grad_norm", "advantage/mean", "reward/mean", "lr"),
+    *("consistency/logprob_diff_mean", "consistency/logprob_diff_max", "consistency/k3_kl"),  # the probe, merged
+)
 BATCHES = [random_rollouts(8, seed=21), random_rollouts(8, seed=22), random_rollouts(1, seed=23)]
 
 

@@ -25,7 +25,10 @@ from trinity.trainer.megatron import MegatronBackend
 from trinity.trainer.torch_backend import TorchBackend
 
 LAYOUTS = {"tp1": (1, 1), "tp2": (2, 1), "pp2": (1, 2)}
-METRICS = ("loss/total", "pg_loss", "kl", "entropy", "grad_norm", "advantage/mean", "reward/mean", "lr")
+METRICS = (
+    *("loss/total", "pg_loss", "kl", "entropy", "grad_norm", "advantage/mean", "reward/mean", "lr"),
+    *("consistency/logprob_diff_mean", "consistency/logprob_diff_max", "consistency/k3_kl"),  # the probe, merged
+)
 
 
 def _config(model: Path, **trainer: object) -> RunConfig:

@@ -178,9 +178,9 @@ def _publish_to_a_feed(
         feed.join(timeout=30)  # before the trainer's store goes, so the feed leaves quietly
         publisher.close()
     assert staged is not None, f"the explorer never staged version 1 (feed error: {feed.error})"
-    version, tensors = staged
-    assert version == 1
-    return metrics, tensors
+    assert staged.version == 1
+    assert staged.published_digest == metrics["weights_digest"]  # the trainer's digest travels with the version
+    return metrics, staged.tensors
 
 
 @pytest.mark.parametrize("method", ["gloo", "checkpoint"])

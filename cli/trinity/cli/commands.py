@@ -14,6 +14,7 @@ from trinity.cli import preflight
 from trinity.cli.check import add_check_command
 from trinity.config import RunConfig, load_run_config, naming
 from trinity.config.modes import RunMode
+from trinity.config.run import MonitorConfig
 
 if TYPE_CHECKING:
     from trinity.cli.launcher import LocalStack
@@ -74,12 +75,14 @@ def run_locally(
         config = config.model_copy(update={"checkpoint_dir": str(output / "checkpoints")})
     stages = config.stage_configs()
     explorers = max(s.explorer.num_workers for s in stages)
+    tracked = config.monitor.tensorboard or config.monitor.mlflow or config.monitor.wandb
+    also = ", the trackers" if tracked else ""
     print(
-        f"starting redis, gateway, buffer, trainer and {explorers} explorer(s); logs in {output / 'logs'}", flush=True
+        f"starting redis, gateway, buffer, trainer{also} and {explorers} explorer(s); logs in {output / 'logs'}",
+        flush=True,
     )
     monitor = RunMonitor(
         output,
-        config.monitor,
         config.buffer.total_steps,
         show_progress=not quiet,
         applied_by_preset=preset_additions(stages),
@@ -88,6 +91,7 @@ def run_locally(
     run_id, exit_code = "", 1
     counts: dict[str, Any] = {}
     errors: list[str] = []
+    timeline: list[gateway_pb2.Span] = []
     stack: LocalStack | None = None
     # Whatever is lost (the gateway, Redis, a service past its restart limit), the outcome is one line and a
     # summary of what is known.
@@ -98,6 +102,8 @@ def run_locally(
             explorer_threads=explorer_threads(stages, explorers),
             extra_env=preflight.data_roots_env(stages, output),
             on_give_up=monitor.note,
+            # TensorBoard, MLflow and W&B under the output folder, written as a deployed stack writes them.
+            trackers_dir=output if tracked else None,
         )
         if console_port is not None:
             print(f"console at {stack.add_console(console_port)}", flush=True)
@@ -112,6 +118,10 @@ def run_locally(
                 print("\ninterrupted: cancelling the run and shutting down...", file=sys.stderr, flush=True)
                 handle.cancel("interrupted (Ctrl-C)")
             run = handle.wait(timeout=120)
+            try:
+                timeline = handle.spans()
+            except TrinityError as err:  # the run's outcome stands without its timeline
+                errors.append(f"timeline unavailable: {err}")
         exit_code = 0 if run.state == gateway_pb2.RUN_STATE_SUCCEEDED else 1
     except (TrinityError, RuntimeError, TimeoutError) as err:
         exit_code = EXIT_BAD_INPUT if isinstance(err, InvalidRunConfig) else 1
@@ -124,8 +134,8 @@ def run_locally(
             except (RuntimeError, grpc.RpcError) as err:
                 errors.append(f"experience counts unavailable: {one_line(err)}")
             stack.down()
-    summary = monitor.close(run, counts, run_id=run_id, error="; ".join(errors))
-    _print_summary(summary, output)
+    summary = monitor.close(run, counts, run_id=run_id, error="; ".join(errors), spans=timeline)
+    _print_summary(summary, output, config.monitor)
     return exit_code
 
 
@@ -159,7 +169,7 @@ def _experience_counts(stack: LocalStack, run_id: str, config: RunConfig) -> dic
     return counts
 
 
-def _print_summary(summary: dict[str, Any], output: Path) -> None:
+def _print_summary(summary: dict[str, Any], output: Path, trackers: MonitorConfig) -> None:
     print(f"\nrun {summary['run_id']}: {summary['state']} in {summary['wall_seconds']:.0f}s", flush=True)
     if summary["error"]:
         print(f"error: {summary['error']}")
@@ -169,7 +179,15 @@ def _print_summary(summary: dict[str, Any], output: Path) -> None:
             f"mean reward {row['mean_reward']:.3f}"
         )
     print(f"summary: {output / 'summary.json'}\nreward curve: {output / 'reward_curve.png'}")
-    print(f"tensorboard: tensorboard --logdir {output / 'tensorboard'}")
+    print(f"timeline: {output / 'timeline.json'} (each service's phases, step by step)")
+    if trackers.tensorboard:
+        print(f"tensorboard: tensorboard --logdir {output / 'tensorboard'}")
+    if trackers.mlflow:
+        ui = f"MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri {(output / 'mlruns').as_uri()}"
+        where = os.environ.get("MLFLOW_TRACKING_URI") or ui
+        print(f"mlflow: {where} (experiment {trackers.project})")
+    if trackers.wandb:
+        print(f"wandb: {output / 'wandb'} (offline runs: wandb sync {output / 'wandb'})")
 
 
 def cmd_submit(args: argparse.Namespace) -> int:

@@ -161,8 +161,10 @@ class LocalStack:
         timeout: float = 120.0,
         policy: RestartPolicy | None = None,
         on_give_up: Callable[[str], None] | None = None,
+        trackers_dir: Path | None = None,
     ) -> LocalStack:
-        """Redis, the gateway, then the other `roles` side by side; returns once every service is SERVING."""
+        """Redis, the gateway, then the other `roles` side by side; returns once every service is SERVING. With
+        `trackers_dir`, the trackers service too, writing every run's TensorBoard, MLflow and W&B files there."""
         if not set(roles) <= set(ROLES) or "gateway" not in roles:
             raise ValueError(f"roles: a subset of {', '.join(ROLES)} with the gateway in it (got {sorted(roles)})")
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -195,6 +197,8 @@ class LocalStack:
                 for i in range(explorers):
                     explorer_env = {**tensors, "OMP_NUM_THREADS": str(explorer_threads)}
                     stack._add_service(f"explorer-{i}", explorer_env, service="explorer")
+            if trackers_dir is not None:
+                stack._add_service("trackers", {**base, "TRINITY_TRACKERS_DIR": str(trackers_dir)})
             for name in list(stack.services)[1:]:
                 stack.wait_serving(name, timeout)
         except BaseException:
@@ -331,20 +335,24 @@ class LocalStack:
         return self.services[name]
 
     def down(self, grace: float = 30.0) -> None:
-        """Stop services in reverse start order: explorers and trainer drain before buffer and gateway."""
+        """Stop services in reverse start order: explorers and trainer drain before buffer and gateway. The trackers
+        go first, on their own: their drain writes the runs that just ended, which needs the gateway up."""
         with self._changed:
             self._stopping.set()  # from here on nothing is restarted
             self._changed.notify_all()
         running = [h.process for h in reversed(self.services.values()) if h.process and h.process.poll() is None]
-        for process in running:
-            process.send_signal(signal.SIGTERM)
+        trackers = self.services.get("trackers")
+        first = [p for p in running if trackers is not None and p is trackers.process]
         deadline = time.monotonic() + grace
-        for process in running:
-            try:
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        for wave in (first, [p for p in running if p not in first]):
+            for process in wave:
+                process.send_signal(signal.SIGTERM)
+            for process in wave:
+                try:
+                    process.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
         if self.redis is not None:
             self.redis.stop()
             self.redis = None

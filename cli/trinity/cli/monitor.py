@@ -1,10 +1,10 @@
-"""What `trinity run` shows and keeps: a progress bar, TensorBoard (or MLflow / W&B offline) logs,
-`summary.json` and a reward-curve PNG, all from the run's event stream."""
+"""What `trinity run` shows and keeps: a progress bar, `summary.json` and a reward-curve PNG, all from the run's event
+stream. TensorBoard, MLflow and W&B are written by the trackers service the launcher starts beside the others
+(trinity.trackers), as they are for a run submitted to a deployed gateway."""
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -12,10 +12,21 @@ from pathlib import Path
 from typing import Any
 
 from trinity.config.preset_operators import applied_by_preset
-from trinity.config.run import MonitorConfig, RunConfig
+from trinity.config.run import RunConfig
 from trinity.runtime.events import kind_name
+from trinity.runtime.spans import describe, running, span_json
 from trinity.sdk.metrics import RunMetrics
 from trinity.v1 import gateway_pb2
+
+# Events whose message is printed above the progress bar.
+LINE_KINDS = (gateway_pb2.EVENT_KIND_ERROR, gateway_pb2.EVENT_KIND_STATE, gateway_pb2.EVENT_KIND_WARNING)
+
+
+def progress_description(phases: dict[str, gateway_pb2.Span]) -> str:
+    """The progress bar's label: `train`, and what the services are doing while one is in a long phase (start-up,
+    an evaluation): "train (starting vLLM; loading the model)"."""
+    doing = list(dict.fromkeys(describe(span) for _, span in sorted(phases.items())))
+    return f"train ({'; '.join(doing)})" if doing else "train"
 
 
 def preset_additions(stages: Sequence[RunConfig]) -> list[dict[str, Any]]:
@@ -35,7 +46,6 @@ class RunMonitor:
     def __init__(
         self,
         output: Path,
-        config: MonitorConfig,
         total_steps: int,
         *,
         show_progress: bool = True,
@@ -46,33 +56,26 @@ class RunMonitor:
         self.metrics = RunMetrics()
         self.started = time.time()
         self.total_steps = total_steps
-        self._writers: list[Any] = []
         output.mkdir(parents=True, exist_ok=True)
-        if config.tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self._writers.append(_TensorBoard(SummaryWriter(str(output / "tensorboard"))))
-        if config.mlflow:
-            self._writers.append(_MLflow(output))
-        if config.wandb:
-            self._writers.append(_Wandb(output))
         self._bar = None
         if show_progress:
             from tqdm import tqdm
 
             self._bar = tqdm(total=total_steps, unit="step", desc="train", dynamic_ncols=True)
         self._last_eval = ""
+        self._phases: dict[str, gateway_pb2.Span] = {}  # by source: the long phase it is in (EVENT_KIND_SPAN)
         for stage in self.applied_by_preset:
             names = ", ".join(op["name"] for op in stage["data_operators"])
             self.note(f"stage {stage['stage']}: {stage['algorithm']} applies data operators {names}")
 
     def on_event(self, event: gateway_pb2.RunEvent) -> None:
         self.metrics.add(event)
-        for writer in self._writers:
-            writer.write(event)
         if self._bar is None:
             return
-        if event.kind == gateway_pb2.EVENT_KIND_TRAIN:
+        if event.kind == gateway_pb2.EVENT_KIND_SPAN:
+            self._phases = running(event.spans, self._phases)
+            self._bar.set_description_str(progress_description(self._phases))
+        elif event.kind == gateway_pb2.EVENT_KIND_TRAIN:
             self._bar.n = min(event.step, self.total_steps)
             reward = self.metrics.explore[-1].get("reward_mean") if self.metrics.explore else None
             postfix = {"loss": f"{event.metrics.get('loss/total', float('nan')):.4f}", "v": event.model_version}
@@ -88,7 +91,7 @@ class RunMonitor:
                 f"eval @ v{event.model_version}: accuracy {event.metrics.get('accuracy', 0.0):.3f}, "
                 f"mean reward {event.metrics.get('mean_reward', 0.0):.3f}"
             )
-        elif event.kind in (gateway_pb2.EVENT_KIND_ERROR, gateway_pb2.EVENT_KIND_STATE) and event.message:
+        elif event.kind in LINE_KINDS and event.message:
             self._bar.write(f"[{kind_name(event.kind)}] {event.message}")
 
     def note(self, line: str) -> None:
@@ -99,14 +102,19 @@ class RunMonitor:
             print(line, file=sys.stderr, flush=True)
 
     def close(
-        self, run: gateway_pb2.Run | None, experience_counts: dict[str, Any], *, run_id: str = "", error: str = ""
+        self,
+        run: gateway_pb2.Run | None,
+        experience_counts: dict[str, Any],
+        *,
+        run_id: str = "",
+        error: str = "",
+        spans: Sequence[gateway_pb2.Span] = (),
     ) -> dict[str, Any]:
-        """Write summary.json and the reward curve. Without the final `run` record (the gateway was lost),
-        the summary holds what the events said: the last state seen, and `error`."""
+        """Write summary.json, the reward curve and timeline.json (`spans`: the run's timeline, as the console
+        draws it). Without the final `run` record (the gateway was lost), the summary holds what the events said:
+        the last state seen, and `error`."""
         if self._bar is not None:
             self._bar.close()
-        for writer in self._writers:
-            writer.close()
         if run is not None:
             state = gateway_pb2.RunState.Name(run.state)
         else:
@@ -132,10 +140,12 @@ class RunMonitor:
             ],
             "weight_versions": self.metrics.weights,
             "states": self.metrics.states,
+            "warnings": self.metrics.warnings,
             "experience_counts": experience_counts,
             "applied_by_preset": self.applied_by_preset,
         }
         (self.output / "summary.json").write_text(json.dumps(summary, indent=2))
+        (self.output / "timeline.json").write_text(json.dumps({"spans": [span_json(s) for s in spans]}, indent=1))
         plot_curves(self.metrics, self.output / "reward_curve.png")
         return summary
 
@@ -161,50 +171,3 @@ def plot_curves(metrics: RunMetrics, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
-
-
-class _TensorBoard:
-    def __init__(self, writer: Any) -> None:
-        self.writer = writer
-
-    def write(self, event: gateway_pb2.RunEvent) -> None:
-        x = event.model_version if event.kind == gateway_pb2.EVENT_KIND_EVAL else event.step
-        for key, value in event.metrics.items():
-            self.writer.add_scalar(f"{kind_name(event.kind)}/{key}", value, x)
-
-    def close(self) -> None:
-        self.writer.close()
-
-
-class _MLflow:
-    def __init__(self, output: Path) -> None:
-        try:
-            import mlflow
-        except ImportError:
-            raise RuntimeError("monitor.mlflow is on but mlflow is not installed (pip install mlflow)") from None
-        mlflow.set_tracking_uri(os.environ.get("MLFLOW_TRACKING_URI", (output / "mlruns").as_uri()))
-        self.mlflow = mlflow
-        self.run = mlflow.start_run()
-
-    def write(self, event: gateway_pb2.RunEvent) -> None:
-        step = event.model_version if event.kind == gateway_pb2.EVENT_KIND_EVAL else event.step
-        self.mlflow.log_metrics({f"{kind_name(event.kind)}/{k}": v for k, v in event.metrics.items()}, step=step)
-
-    def close(self) -> None:
-        self.mlflow.end_run()
-
-
-class _Wandb:
-    def __init__(self, output: Path) -> None:
-        try:
-            import wandb
-        except ImportError:
-            raise RuntimeError("monitor.wandb is on but wandb is not installed (pip install wandb)") from None
-        self.wandb = wandb
-        self.run = wandb.init(mode=os.environ.get("WANDB_MODE", "offline"), dir=str(output))
-
-    def write(self, event: gateway_pb2.RunEvent) -> None:
-        self.run.log({f"{kind_name(event.kind)}/{k}": v for k, v in event.metrics.items()})
-
-    def close(self) -> None:
-        self.run.finish()

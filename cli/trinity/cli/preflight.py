@@ -59,10 +59,15 @@ def _stages(config: RunConfig) -> Iterator[tuple[str, RunConfig]]:
 
 
 def _data_files(config: RunConfig, prefix: str) -> Iterator[tuple[str, str]]:
+    """(field, path) of each file the run reads; a generated task set (source reasoning_gym) reads none."""
     buffer = config.buffer
-    if buffer.taskset is not None:
+    if buffer.taskset is not None and buffer.taskset.path:
         yield f"{prefix}buffer.taskset.path", buffer.taskset.path
+    for i, taskset in enumerate(buffer.tasksets):
+        if taskset.path:
+            yield f"{prefix}buffer.tasksets[{i}].path", taskset.path
     for i, taskset in enumerate(buffer.eval_tasksets):
-        yield f"{prefix}buffer.eval_tasksets[{i}].path", taskset.path
+        if taskset.path:
+            yield f"{prefix}buffer.eval_tasksets[{i}].path", taskset.path
     if buffer.offline_data is not None:
         yield f"{prefix}buffer.offline_data.path", buffer.offline_data.path

@@ -8,7 +8,10 @@
         print(kind_name(event.kind), dict(event.metrics))  # from trinity.runtime.events: "train", "eval", ...
     run.steer(temperature=0.7)   # a live run's knobs: pause_exploration, temperature, learning_rate
     print(run.wait().state)
+    for span in run.spans(since_step=1):  # the timeline: phase, source, step, start/end unix ms
+        print(phase_name(span.phase), span.source, span.step, span.end_unix_ms - span.start_unix_ms)
 
+`phase_name` (from trinity.runtime.spans) names a phase: "rollout", "forward_backward", ...
 `AsyncTrinityClient` offers the same with `async`/`await`.
 """
 

@@ -94,6 +94,10 @@ class RunHandle:
                 raise translate(err, self.client.target) from None
         return metrics
 
+    def spans(self, since_step: int = 0) -> list[gateway_pb2.Span]:
+        """The run's timeline from step `since_step` on: what each service did when (TrinityClient.spans)."""
+        return self.client.spans(self.id, since_step)
+
     def wait(self, timeout: float | None = None, poll: float = 1.0) -> gateway_pb2.Run:
         """The run once it has ended; a gateway that does not answer is asked again until `timeout`."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -193,6 +197,14 @@ class TrinityClient:
         """The services registered with the gateway (all, or of one service), with their liveness."""
         return list(self._call("ListInstances", gateway_pb2.ListInstancesRequest(service=service)).instances)
 
+    def spans(self, run_id: str, since_step: int = 0) -> list[gateway_pb2.Span]:
+        """A run's timeline from step `since_step` on, in order of start: each `Span` names a phase (PHASE_ROLLOUT,
+        PHASE_FORWARD_BACKWARD, ...; `trinity.runtime.spans.phase_name` says "rollout"), the service that ran it
+        (`source`), its step and weight version, and when it began and ended (unix ms). Start-up phases have step 0.
+        The gateway keeps a run's newest spans by step (about the last 800 steps; docs/console.md, "Timeline")."""
+        request = gateway_pb2.GetRunSpansRequest(run_id=run_id, since_step=since_step)
+        return list(self._call("GetRunSpans", request).spans)
+
 
 class AsyncRunHandle:
     def __init__(self, client: AsyncTrinityClient, run_id: str) -> None:
@@ -224,6 +236,11 @@ class AsyncRunHandle:
 
     async def cancel(self, reason: str = "cancelled by user") -> gateway_pb2.Run:
         return await self.client._call("CancelRun", gateway_pb2.CancelRunRequest(run_id=self.id, reason=reason))
+
+    async def spans(self, since_step: int = 0) -> list[gateway_pb2.Span]:
+        """The run's timeline from step `since_step` on (TrinityClient.spans)."""
+        request = gateway_pb2.GetRunSpansRequest(run_id=self.id, since_step=since_step)
+        return list((await self.client._call("GetRunSpans", request)).spans)
 
 
 class AsyncTrinityClient:

@@ -20,6 +20,7 @@ class RunMetrics:
     eval: list[dict[str, float]] = field(default_factory=list)
     weights: list[dict[str, Any]] = field(default_factory=list)
     states: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[dict[str, Any]] = field(default_factory=list)  # EVENT_KIND_WARNING: a check past its limit
 
     def add(self, event: gateway_pb2.RunEvent) -> None:
         row = {"step": float(event.step), "model_version": float(event.model_version), "stage": float(event.stage)}
@@ -29,6 +30,8 @@ class RunMetrics:
             self.rows(event.kind).append(row)
         elif event.kind == gateway_pb2.EVENT_KIND_WEIGHTS:
             self.weights.append({**row, "message": event.message})
+        elif event.kind == gateway_pb2.EVENT_KIND_WARNING:
+            self.warnings.append({"step": event.step, "source": event.source, "message": event.message})
         elif event.kind == gateway_pb2.EVENT_KIND_STATE:
             self.states.append(
                 {"state": gateway_pb2.RunState.Name(event.state), "stage": event.stage, "message": event.message}

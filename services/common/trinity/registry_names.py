@@ -66,8 +66,10 @@ KINDS: Mapping[str, Kind] = {
             **_same(f"{_REWARDS}.math", "accuracy", "math"),
             "countdown": f"{_REWARDS}.countdown",
             "format": f"{_REWARDS}.format",
-            "math_format": f"{_REWARDS}.composite",
+            **_same(f"{_REWARDS}.composite", "math_format", "math_verify_format"),
             **_same(f"{_REWARDS}.judge", "judge_ruler", "judge_rubric"),
+            **_same(f"{_REWARDS}.math_verify", "math_verify", "final_answer"),
+            "reasoning_gym": f"{_REWARDS}.reasoning_gym",
         },
     ),
     "engine": Kind(

@@ -123,7 +123,7 @@ class CheckpointSender(SyncSender):
         with as_sync_error(f"checkpoint {self.root}: finish of version {version}"):
             final = self._commit(version, self._tmp)
         report = self._report
-        report.seconds = time.perf_counter() - self._started_at
+        report.seconds, report.digest = time.perf_counter() - self._started_at, self.sent_digest()
         self.last_version, self._version, self._tmp, self._report = version, None, None, None
         self._prune()
         log.info("weights.published", group=self.spec.name, version=version, path=str(final), bytes=report.bytes)
@@ -131,7 +131,13 @@ class CheckpointSender(SyncSender):
 
     def _commit(self, version: int, tmp: Path) -> Path:
         """Manifest, fsync, rename into place, then LATEST: a reader sees the whole version or none of it."""
-        manifest = {"format": FORMAT, "version": version, "checksum": self.spec.checksum, "files": self._files}
+        manifest = {
+            "format": FORMAT,
+            "version": version,
+            "checksum": self.spec.checksum,
+            "digest": self.sent_digest(),
+            "files": self._files,
+        }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
         for file in tmp.iterdir():
             _fsync(file)
@@ -182,7 +188,7 @@ class CheckpointReceiver(SyncReceiver):
             latest = read_latest(self.root)
             if latest is not None and (self.version is None or latest > self.version):
                 try:
-                    named = self._load(latest)
+                    named, self.published_digest = self._load(latest)
                 except FileNotFoundError:
                     continue  # pruned while we read it: a newer version is in LATEST now
                 self.version, self.path = latest, version_dir(self.root, latest)
@@ -192,7 +198,8 @@ class CheckpointReceiver(SyncReceiver):
                 raise NoUpdateYet(f"no new weight version in {self.root} within {wait_s}s (serving {self.version})")
             time.sleep(self.poll_interval_s)
 
-    def _load(self, version: int) -> list[tuple[str, torch.Tensor]]:
+    def _load(self, version: int) -> tuple[list[tuple[str, torch.Tensor]], int | None]:
+        """The verified tensors of `version` and the digest its sender wrote (None from a sender without one)."""
         directory = version_dir(self.root, version)
         manifest = json.loads((directory / MANIFEST).read_text())
         if manifest.get("format") != FORMAT or manifest.get("version") != version:
@@ -205,7 +212,7 @@ class CheckpointReceiver(SyncReceiver):
                 raise ChecksumMismatch(f"version {version}: {directory / entry['file']} fails its checksum; refused")
             tensors = load_safetensors(data)
             named.extend((name, tensors[name]) for name in entry["names"])
-        return named
+        return named, manifest.get("digest")
 
     def close(self) -> None:
         pass

@@ -196,13 +196,15 @@ class WeightSender(SyncSender):
             raise SyncError(f"finish({version}) does not match the open version {self._version}")
         try:
             with self.transport.guard(f"finish of version {version}"):
-                self.transport.send_message({"kind": FINISH, "version": version, "checksums": self._checksums})
+                digest = self.sent_digest()
+                message = {"kind": FINISH, "version": version, "checksums": self._checksums, "digest": digest}
+                self.transport.send_message(message)
                 statuses = self.transport.allgather_status(STATUS_OK, version)
         except SyncError:
             self._version = None
             raise
         report = self._report
-        report.seconds = time.perf_counter() - self._started_at
+        report.seconds, report.digest = time.perf_counter() - self._started_at, digest
         report.refused = {
             rank: STATUS_NAMES.get(status, str(status))
             for rank, (status, _) in enumerate(statuses)
@@ -301,7 +303,7 @@ class WeightReceiver(SyncReceiver):
         # Report before raising, so every member completes the same message sequence and the group survives.
         self.transport.allgather_status(status, version)
         raise_refusal(status, problem, self.spec, self.rank, version)
-        self.version = version
+        self.version, self.published_digest = version, message.get("digest")
         return version, iter(hand_over(self.spec, self.rank, version, chunks))
 
     def _wait_for_doorbell(self, idle_timeout_s: float | None) -> None:

@@ -370,14 +370,15 @@ class IpcSender(_Member, SyncSender):
             with self.guard(f"finish of version {version}"):
                 chunks = self._messages
                 self._wait_done_through(chunks - 1)
-                self._post({"kind": FINISH, "version": version, "chunks": chunks})
+                digest = self.sent_digest()
+                self._post({"kind": FINISH, "version": version, "chunks": chunks, "digest": digest})
                 statuses = self.wait([f"u{self._seq}/status/{r}" for r in ranks], self.spec.timeout, "status")
                 self._forget(chunks)
         except SyncError as err:
             self.abandon(str(err))
             raise
         report = self._report
-        report.seconds = time.perf_counter() - self._started_at
+        report.seconds, report.digest = time.perf_counter() - self._started_at, digest
         report.refused = {
             rank: STATUS_NAMES.get(int(value), value.decode())
             for rank, value in zip(ranks, statuses, strict=True)
@@ -509,7 +510,7 @@ class IpcReceiver(_Member, SyncReceiver):
         status, problem = verdict(version, int(message["version"]), [s for _, _, s in chunks], sent, self.version)
         self.store.set(f"u{self._seq}/status/{self.rank}", str(status))
         raise_refusal(status, problem, self.spec, self.rank, version)
-        self.version = version
+        self.version, self.published_digest = version, message.get("digest")
         return version, iter(hand_over(self.spec, self.rank, version, chunks))
 
     def _copy_out(self, chunk: int, layout: ChunkLayout, handle: dict[str, Any] | None) -> torch.Tensor:

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import torch
 
+from trinity.models.digest import WeightsDigest
 from trinity.registry import Registry
 from trinity.sync.protocol import chunks_of, group_by_layer
 from trinity.sync.spec import SyncGroupSpec
@@ -33,6 +34,8 @@ class SyncReport:
     seconds: float = 0.0
     refused: dict[int, str] = field(default_factory=dict)
     """rank -> reason, for members that received the update but did not accept it."""
+    digest: int | None = None
+    """`trinity.models.digest` of every tensor `publish` sent (it travels to the receivers with the version)."""
 
     @property
     def accepted_by_all(self) -> bool:
@@ -43,6 +46,7 @@ class SyncSender(ABC):
     """Trainer side of a weight update."""
 
     spec: SyncGroupSpec
+    _digest: WeightsDigest | None = None  # of the version `publish` is sending
 
     @abstractmethod
     def init(self) -> None:
@@ -74,8 +78,10 @@ class SyncSender(ABC):
     def publish(self, version: int, named_tensors: NamedTensors) -> SyncReport:
         """`start`, one `update` per bucket-sized chunk, `finish`: holds one chunk at a time (gather a bucket,
         send it, free it) and iterates `named_tensors` exactly once, to the end even when the update fails:
-        on a sharded trainer the other ranks are gathering the same tensors, and their collectives must match."""
-        source = iter(named_tensors)
+        on a sharded trainer the other ranks are gathering the same tensors, and their collectives must match.
+        The tensors are digested as they pass; `finish` sends the digest with the version (`sent_digest`)."""
+        self._digest = WeightsDigest()
+        source = iter(self._digest.observe(named_tensors))
         try:
             self.start(version)
             try:
@@ -91,6 +97,12 @@ class SyncSender(ABC):
         finally:
             for _ in source:  # nothing left after a complete update; a generator that raised is exhausted
                 pass
+            self._digest = None
+
+    def sent_digest(self) -> int | None:
+        """For `finish`: the digest of every tensor `publish` sent of this version; None for an update made by
+        `start`/`update`/`finish` directly (receivers then have no digest to compare with)."""
+        return self._digest.value if self._digest is not None else None
 
     def __enter__(self) -> SyncSender:
         self.init()
@@ -105,6 +117,9 @@ class SyncReceiver(ABC):
 
     spec: SyncGroupSpec
     version: int | None
+    published_digest: int | None = None
+    """The sender's digest of the version `receive` returned last (None when it sent none): a receiver that digests
+    what it loads (`trinity.models.digest`) compares the two."""
 
     @abstractmethod
     def init(self) -> None: ...

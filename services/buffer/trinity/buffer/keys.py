@@ -6,6 +6,7 @@ PREFIX = "trinity"
 
 STREAMS = f"{PREFIX}:streams"
 TASKSETS = f"{PREFIX}:tasksets"
+MIXTURES = f"{PREFIX}:mixtures"
 
 
 class StreamKeys:
@@ -59,3 +60,13 @@ class TaskSetKeys:
             self.pass_rates,
             self.lock,
         ]
+
+
+class MixtureKeys:
+    def __init__(self, name: str) -> None:
+        base = f"{PREFIX}:mixture:{{{name}}}"
+        self.spec = f"{base}:spec"
+        self.draws = f"{base}:draws"  # the draw counter: every replica and consumer draws from one sequence
+
+    def all(self) -> list[str]:
+        return [self.spec, self.draws]

@@ -32,7 +32,7 @@ def offline_experiences(
     """
     if kind not in (SFT, PREFERENCE):
         raise InvalidArgument("kind", "must be EXPERIENCE_KIND_SFT or EXPERIENCE_KIND_PREFERENCE")
-    rows = read_rows(config.path, config.format, config.split, config.limit, roots=roots)
+    rows = read_rows(config, roots=roots)
     build = _sft if kind == SFT else _preference
     out: list[common_pb2.Experience] = []
     skipped = 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 import threading
 
@@ -66,6 +67,12 @@ def build_buffer(settings: ServiceSettings) -> tuple[ServiceRegistration, Buffer
         raise ValueError("the buffer needs Redis: set TRINITY_REDIS_URL or pass --redis-url")
     client = connect_redis(settings.redis_url)
     roots = DataRoots(settings.data_roots)
+    # Rows come from local files only (trinity.buffer.rows checks every one is in the data roots); `datasets`,
+    # which reads some of them, is told so too, so a dataset folder's README cannot send it to the Hub. And it
+    # leaves torch alone where one is installed beside the buffer (a dev venv): its streams import it otherwise.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ.setdefault("USE_TORCH", "0")
     log.info("buffer.data_roots", roots=[str(root) for root in roots.roots])
     store = BufferStore(client, roots)
     waits = connect_redis_async(settings.redis_url)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,8 +19,9 @@ from trinity.buffer.sampling import DEFAULT_LIMIT, MAX_LIMIT, SampleFilter, samp
 from trinity.buffer.store import BufferStore
 from trinity.buffer.streams.experience_stream import ExperienceStream, ReadResult
 from trinity.buffer.streams.validation import validate_experiences
+from trinity.buffer.tasksets.mixture import Mixture
 from trinity.buffer.wire import PutExperiencesWire, encode_read_response
-from trinity.config import OfflineDataConfig, StreamConfig, TaskSetConfig
+from trinity.config import MixtureConfig, OfflineDataConfig, StreamConfig, TaskSetConfig
 from trinity.config.spec import from_spec, to_spec
 from trinity.runtime.aio import in_pool
 from trinity.runtime.errors import (
@@ -31,7 +33,7 @@ from trinity.runtime.errors import (
     in_range,
     require,
 )
-from trinity.runtime.limits import MAX_ITEMS, MAX_NAME_CHARS, MAX_PATH_CHARS
+from trinity.runtime.limits import MAX_ITEMS, MAX_NAME_CHARS, MAX_PATH_CHARS, MAX_TEXT_CHARS
 from trinity.runtime.status import service_status
 from trinity.v1 import buffer_pb2, buffer_pb2_grpc, common_pb2
 
@@ -56,9 +58,14 @@ def _entry_ids(ids: Sequence[str], field: str = "entry_ids") -> list[str]:
     return list(ids)
 
 
+# Messages whose strings are texts (a prompt template's system prompt, examples and format string), not names.
+_TEXT_MESSAGES = frozenset({"trinity.v1.PromptTemplate", "trinity.v1.FewShotExample"})
+
+
 def _bounded_spec(message: Message, field: str) -> Message:
-    """A spec (a task set's, a stream's, an offline load's): a path fits a path, every other string a name, and
-    every repeated or map field its count, at any depth."""
+    """A spec (a task set's, a stream's, an offline load's): a path fits a path, a template's text a text, every
+    other string a name, and every repeated or map field its count, at any depth."""
+    text = message.DESCRIPTOR.full_name in _TEXT_MESSAGES
     for descriptor, value in message.ListFields():
         where = f"{field}.{descriptor.name}" if field else descriptor.name
         if descriptor.message_type is not None and descriptor.message_type.GetOptions().map_entry:
@@ -77,7 +84,8 @@ def _bounded_spec(message: Message, field: str) -> Message:
         elif isinstance(value, Message):
             _bounded_spec(value, where)
         elif isinstance(value, str):
-            bounded(value, where, MAX_PATH_CHARS if descriptor.name == "path" else MAX_NAME_CHARS)
+            limit = MAX_TEXT_CHARS if text else MAX_PATH_CHARS if descriptor.name == "path" else MAX_NAME_CHARS
+            bounded(value, where, limit)
     return message
 
 
@@ -111,12 +119,13 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
 
     @grpc_errors
     def LeaseTasks(self, request: buffer_pb2.LeaseTasksRequest, context: grpc.ServicerContext) -> Any:
-        taskset = self.store.taskset(require(request.taskset, "taskset"))
+        source = self.store.tasks_from(require(request.taskset, "taskset"))  # a task set or a mixture
         in_range(request.lease_seconds, "lease_seconds", 0, MAX_LEASE_SECONDS)  # 0 = the task set's default
-        tasks, exhausted = taskset.lease(
+        tasks, exhausted = source.lease(
             require(request.consumer, "consumer"), _batch_size(request.batch_size, "batch_size"), request.lease_seconds
         )
-        metrics.TASKS_LEASED.labels(request.taskset).inc(len(tasks))
+        for taskset, count in Counter(t.taskset for t in tasks).items():  # a mixture's tasks count for their member
+            metrics.TASKS_LEASED.labels(taskset).inc(count)
         return buffer_pb2.LeaseTasksResponse(tasks=tasks, exhausted=exhausted)
 
     @grpc_errors
@@ -151,8 +160,22 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
     def ReleaseTasks(self, request: buffer_pb2.ReleaseTasksRequest, context: grpc.ServicerContext) -> Any:
         consumer = require(request.consumer, "consumer")
         names = [bounded(request.taskset, "taskset")] if request.taskset else self.store.taskset_names()
-        released = sum(self.store.taskset(n).release(consumer) for n in names)
+        released = sum(self.store.tasks_from(n).release(consumer) for n in names)  # a mixture: every member's
         return buffer_pb2.ReleaseTasksResponse(released=released)
+
+    def _mixture_info(self, mixture: Mixture) -> buffer_pb2.MixtureInfo:
+        info = mixture.info()
+        info.spec.CopyFrom(to_spec(mixture.config, buffer_pb2.MixtureSpec()))
+        return info
+
+    @grpc_errors
+    def CreateMixture(self, request: buffer_pb2.CreateMixtureRequest, context: grpc.ServicerContext) -> Any:
+        config = from_spec(MixtureConfig, _bounded_spec(request.spec, "spec"), "spec")
+        return self._mixture_info(self.store.create_mixture(config, replace=request.replace))
+
+    @grpc_errors
+    def GetMixture(self, request: buffer_pb2.GetMixtureRequest, context: grpc.ServicerContext) -> Any:
+        return self._mixture_info(self.store.mixture(require(request.name, "name")))
 
     # ---- streams -----------------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import grpc
 
-from trinity.config import OfflineDataConfig, StreamConfig, TaskSetConfig
+from trinity.config import MixtureConfig, OfflineDataConfig, StreamConfig, TaskSetConfig
 from trinity.config.spec import to_spec
 from trinity.runtime.client import call_with_retry, open_channel
 from trinity.runtime.tls import TlsSettings
@@ -98,6 +98,14 @@ class BufferClient:
     def release_tasks(self, consumer: str, taskset: str = "") -> int:
         reply = self._call("ReleaseTasks", buffer_pb2.ReleaseTasksRequest(taskset=taskset, consumer=consumer))
         return int(reply.released)
+
+    def create_mixture(self, config: MixtureConfig, *, replace: bool = False) -> buffer_pb2.MixtureInfo:
+        """A mixture of existing task sets; `lease_tasks(config.name, ...)` then draws from it."""
+        spec = to_spec(config, buffer_pb2.MixtureSpec())
+        return self._call("CreateMixture", buffer_pb2.CreateMixtureRequest(spec=spec, replace=replace))
+
+    def mixture(self, name: str) -> buffer_pb2.MixtureInfo:
+        return self._call("GetMixture", buffer_pb2.GetMixtureRequest(name=name))
 
     # ---- streams -----------------------------------------------------------------------------------
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from trinity.runtime.client import call_with_retry, open_channel
 from trinity.runtime.events import kind_name
+from trinity.runtime.spans import SpanLog, describe, now_ms
 from trinity.runtime.tls import TlsSettings
 from trinity.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
@@ -121,13 +123,17 @@ def sync_spec(group: gateway_pb2.SyncGroup):
 
 class RunReporter:
     """A service's voice in a run's event log. Reporting never raises: a lost event must not stop
-    rollouts or training. `report` returns False once the run is over (cancelled or failed elsewhere)."""
+    rollouts or training. `report` returns False once the run is over (cancelled or failed elsewhere).
+
+    Spans timed into `spans` ride on the next event reported (docs/console.md, "Timeline"); `phase` announces a
+    long phase as it begins and ends."""
 
     def __init__(self, gateway: GatewayClient, run_id: str, source: str, stage: int) -> None:
         self.gateway = gateway
         self.run_id = run_id
         self.source = source
         self.stage = stage
+        self.spans = SpanLog()
 
     def report(
         self,
@@ -138,6 +144,7 @@ class RunReporter:
         message: str = "",
         metrics: dict | None = None,
         final_model_path: str = "",
+        spans: Sequence[gateway_pb2.Span] = (),
     ) -> bool:
         event = gateway_pb2.RunEvent(
             run_id=self.run_id,
@@ -150,6 +157,7 @@ class RunReporter:
             stage=self.stage,
             final_model_path=final_model_path,
             event_id=uuid.uuid4().hex,  # the same across retries of this report
+            spans=[*spans, *self.spans.drain()],
         )
         try:
             return bool(self.gateway.report(event).run_active)
@@ -158,3 +166,26 @@ class RunReporter:
 
             get_logger(__name__).warning("run.report_failed", kind=kind_name(kind), error=str(err))
             return True
+
+    @contextmanager
+    def phase(self, phase: gateway_pb2.Phase, *, step: int, model_version: int, detail: str = "") -> Iterator[None]:
+        """A phase people wait on (start-up, evaluation), announced as it begins and as it ends: an EVENT_KIND_SPAN
+        each, whose message says what it does ("starting vLLM", "evaluating v0: 160 samples")."""
+        span = gateway_pb2.Span(
+            phase=phase, step=step, model_version=model_version, start_unix_ms=now_ms(), detail=detail
+        )
+        self._report_span(span)
+        try:
+            yield
+        finally:
+            span.end_unix_ms = max(now_ms(), span.start_unix_ms)
+            self._report_span(span)
+
+    def _report_span(self, span: gateway_pb2.Span) -> None:
+        self.report(
+            gateway_pb2.EVENT_KIND_SPAN,
+            step=span.step,
+            model_version=span.model_version,
+            message=describe(span),
+            spans=[span],  # copied into the event: the span may still change (its end)
+        )

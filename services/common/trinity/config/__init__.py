@@ -11,6 +11,9 @@ A component reads its section as it is: there is no second settings model to cop
 from trinity.config.algorithm import AlgorithmConfig, ResolvedAlgorithm, resolve_algorithm
 from trinity.config.buffer import (
     BufferConfig,
+    MixingConfig,
+    MixtureConfig,
+    MixtureMember,
     OfflineDataConfig,
     OperatorConfig,
     PriorityReplayConfig,
@@ -36,6 +39,9 @@ __all__ = [
     "ConfigError",
     "ExplorerConfig",
     "MegatronTrainerConfig",
+    "MixingConfig",
+    "MixtureConfig",
+    "MixtureMember",
     "ModelConfig",
     "MonitorConfig",
     "OfflineDataConfig",

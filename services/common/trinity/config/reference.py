@@ -128,7 +128,7 @@ def render() -> str:
     for section in listed:
         title = section.path or "(top level)"
         lines += ["", f"## `{title}`" + (f" ({section.variant})" if section.variant else "")]
-        doc = (section.model.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+        doc = " ".join((section.model.__doc__ or "").strip().split("\n\n")[0].split())
         if doc and section.model is not RunConfig:
             lines += ["", doc]
         lines += ["", "| key | type | default | meaning |", "| --- | --- | --- | --- |"]

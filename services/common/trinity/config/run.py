@@ -13,6 +13,7 @@ from trinity.algorithm_table import ROW_INPUT_SOURCES, WORKFLOW_INPUTS, RowInput
 from trinity.config.algorithm import AlgorithmConfig
 from trinity.config.base import _check_name, _Section
 from trinity.config.buffer import BufferConfig
+from trinity.config.consistency import ConsistencyConfig
 from trinity.config.errors import ConfigError, format_validation_error
 from trinity.config.explorer import JUDGE_REWARDS, DType, ExplorerConfig
 from trinity.config.modes import EXPLORING_MODES, ONLINE_MODES, RunMode
@@ -31,11 +32,23 @@ class ModelConfig(_Section):
 
 
 class MonitorConfig(_Section):
-    """Where `trinity run` writes the run's metrics (next to its events, under the output directory)."""
+    """The trackers the run's metrics go to, however it was launched (the trackers service follows the gateway's
+    event log: docs/trackers.md; under `trinity run` they write under the output directory), and the limits the
+    services check the run against while it runs (`consistency`)."""
 
-    tensorboard: bool = Field(default=True, description="TensorBoard logs under <output>/tensorboard")
-    mlflow: bool = Field(default=False, description="an MLflow run (MLFLOW_TRACKING_URI, else <output>/mlruns)")
-    wandb: bool = Field(default=False, description="a Weights & Biases run")
+    tensorboard: bool = Field(default=True, description="TensorBoard event files under <trackers dir>/tensorboard")
+    mlflow: bool = Field(
+        default=False, description="an MLflow run on MLFLOW_TRACKING_URI, else the file store <trackers dir>/mlruns"
+    )
+    wandb: bool = Field(
+        default=False, description="a Weights & Biases run under <trackers dir>/wandb (offline unless a key is set)"
+    )
+    project: str = Field(default="trinity", description="MLflow experiment and W&B project of the run (a name)")
+    consistency: ConsistencyConfig = Field(
+        default=ConsistencyConfig(), description="limits on the train-vs-rollout probe and the weights digest check"
+    )
+
+    _project = field_validator("project")(_check_name)
 
 
 class RunConfig(_Section):
@@ -59,7 +72,9 @@ class RunConfig(_Section):
     synchronizer: SynchronizerConfig = Field(
         default=SynchronizerConfig(), description="weight sync from the trainer to the explorers"
     )
-    monitor: MonitorConfig = Field(default=MonitorConfig(), description="metric sinks of `trinity run`")
+    monitor: MonitorConfig = Field(
+        default=MonitorConfig(), description="trackers (TensorBoard, MLflow, W&B); consistency limits"
+    )
     stages: tuple[dict[str, Any], ...] = Field(
         default=(), description="later stages: partial configs merged over this one, run in order"
     )
@@ -69,9 +84,12 @@ class RunConfig(_Section):
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:
         offline = not self.algorithm.preset.online
-        if self.mode in EXPLORING_MODES and self.buffer.taskset is None:
-            raise ValueError(f"buffer.taskset: required in mode {self.mode!r} (the explorer needs tasks)")
-        if self.mode == RunMode.BENCH and self.buffer.taskset is None and not self.buffer.eval_tasksets:
+        train = self.buffer.train_tasksets
+        if self.mode in EXPLORING_MODES and not train:
+            raise ValueError(
+                f"buffer.taskset: required in mode {self.mode!r} (the explorer needs tasks; or buffer.tasksets)"
+            )
+        if self.mode == RunMode.BENCH and not train and not self.buffer.eval_tasksets:
             raise ValueError("buffer.eval_tasksets: mode 'bench' needs eval_tasksets (or a taskset) to evaluate")
         if self.mode == RunMode.TRAIN and not offline and self.buffer.offline_data is None:
             raise ValueError("buffer.offline_data: mode 'train' needs offline data or an sft/dpo algorithm")
@@ -81,29 +99,34 @@ class RunConfig(_Section):
             )
         if offline and self.buffer.offline_data is None:
             raise ValueError(f"buffer.offline_data: required for {self.algorithm.algorithm_type!r}")
-        unfed = sorted(self.algorithm.preset.requires - self._fed_inputs())
+        unfed = self.unfed_inputs(self.explorer.workflow)
         if unfed:
             sources = "; ".join(f"{r.value} (from {ROW_INPUT_SOURCES[r]})" for r in unfed)
             raise ValueError(
                 f"algorithm.algorithm_type: {self.algorithm.algorithm_type!r} needs per-row {sources}, which "
                 f"workflow {self.explorer.workflow!r} in mode {self.mode!r} does not supply"
             )
-        judged = [t for t in (self.buffer.taskset, *self.buffer.eval_tasksets) if t and t.reward_fn in JUDGE_REWARDS]
+        judged = [t for t in (*train, *self.buffer.eval_tasksets) if t.reward_fn in JUDGE_REWARDS]
         if judged and self.explorer.judge is None:
             raise ValueError(
                 f"explorer.judge: required by task set {judged[0].name!r}'s reward {judged[0].reward_fn!r}"
             )
         return self
 
-    def _fed_inputs(self) -> frozenset[RowInput]:
-        """The per-row inputs this run's batches carry; every one where that is not known here (offline data, a
-        plugin's workflow): the trainer refuses a batch without what its preset needs."""
+    def unfed_inputs(self, workflow: str) -> list[RowInput]:
+        """The per-row inputs the algorithm needs that this run's batches would lack with `workflow` rolling out
+        (the run's own, or one a task names: `Task.workflow`), sorted."""
+        return sorted(self.algorithm.preset.requires - self._fed_inputs(workflow))
+
+    def _fed_inputs(self, workflow: str) -> frozenset[RowInput]:
+        """The per-row inputs this run's batches carry with `workflow`; every one where that is not known here
+        (offline data, a plugin's workflow): the trainer refuses a batch without what its preset needs."""
         if self.mode == RunMode.SERVE:
             fed = {RowInput.EPISODE_IDS}  # a session's requests form one episode
-        elif self.mode == RunMode.TRAIN or self.explorer.workflow not in WORKFLOW_INPUTS:
+        elif self.mode == RunMode.TRAIN or workflow not in WORKFLOW_INPUTS:
             return frozenset(RowInput)
         else:
-            fed = set(WORKFLOW_INPUTS[self.explorer.workflow])
+            fed = set(WORKFLOW_INPUTS[workflow])
         if self.mode == RunMode.BOTH and self.buffer.offline_data is not None:
             fed.add(RowInput.EXPERT_MASK)
         return frozenset(fed)
@@ -199,6 +222,7 @@ def _resolve_paths(config: RunConfig, base: Path) -> RunConfig:
     updates: dict[str, Any] = {}
     if buffer.taskset is not None:
         updates["taskset"] = buffer.taskset.model_copy(update={"path": fix(buffer.taskset.path)})
+    updates["tasksets"] = tuple(t.model_copy(update={"path": fix(t.path)}) for t in buffer.tasksets)
     updates["eval_tasksets"] = tuple(t.model_copy(update={"path": fix(t.path)}) for t in buffer.eval_tasksets)
     if buffer.offline_data is not None:
         updates["offline_data"] = buffer.offline_data.model_copy(update={"path": fix(buffer.offline_data.path)})
@@ -221,7 +245,8 @@ def _resolve_overlay_paths(overlay: dict[str, Any], fix: Any) -> dict[str, Any]:
     for key in ("taskset", "offline_data"):
         if isinstance(buffer.get(key), dict) and "path" in buffer[key]:
             buffer[key]["path"] = fix(buffer[key]["path"])
-    for section in buffer.get("eval_tasksets") or []:
-        if isinstance(section, dict) and "path" in section:
-            section["path"] = fix(section["path"])
+    for key in ("tasksets", "eval_tasksets"):
+        for section in buffer.get(key) or []:
+            if isinstance(section, dict) and "path" in section:
+                section["path"] = fix(section["path"])
     return out

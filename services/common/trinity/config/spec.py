@@ -30,7 +30,10 @@ def from_spec(model: type[SectionT], message: Message, field: str, *, request_on
 
     Errors name the request field: `spec.name: 'a b' is not a valid name ...`.
     """
-    values = json_format.MessageToDict(message, preserving_proto_field_name=True)
+    try:
+        values = json_format.MessageToDict(message, preserving_proto_field_name=True)
+    except json_format.Error as err:  # a google.protobuf.Value holding NaN or infinity has no JSON form
+        raise ConfigError(field, str(err)) from None
     for name in request_only:
         values.pop(name, None)
     try:

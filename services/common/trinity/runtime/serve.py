@@ -93,8 +93,9 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def _register_with_gateway(service: str, settings: ServiceSettings, port: int) -> Any:
-    """Explorer, trainer and buffer announce themselves to the gateway when one is configured."""
-    if service == "gateway" or not settings.gateway:
+    """Explorer, trainer and buffer announce themselves to the gateway when one is configured (the gateway assigns
+    them to runs; the trackers only watch runs)."""
+    if service not in ("buffer", "explorer", "trainer") or not settings.gateway:
         return None
     from trinity.runtime.agent import GatewayAgent, has_gpu
     from trinity.v1 import gateway_pb2

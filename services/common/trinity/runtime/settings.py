@@ -72,6 +72,10 @@ class ServiceSettings(BaseModel):
     max_active_runs: int = Field(
         default=MAX_ACTIVE_RUNS, ge=1, description="gateway: CreateRun refuses runs beyond this many pending or running"
     )
+    trackers_dir: str = Field(
+        default="trackers",
+        description="trackers: where TensorBoard, MLflow's file store and W&B write (relative: to the working folder)",
+    )
 
     def advertised_address(self, port: int) -> str:
         """host:port as other services should dial it (a wildcard bind advertises the hostname)."""
@@ -97,6 +101,7 @@ class ServiceSettings(BaseModel):
             "liveness_seconds": float(_env("LIVENESS_SECONDS", "30")),
             "recovery_seconds": float(_env("RECOVERY_SECONDS", "300")),
             "max_active_runs": int(_env("MAX_ACTIVE_RUNS", str(MAX_ACTIVE_RUNS))),
+            "trackers_dir": _env("TRACKERS_DIR", "trackers"),
         }
         if os.environ.get("TRINITY_INSTANCE_ID"):
             values["instance_id"] = os.environ["TRINITY_INSTANCE_ID"]

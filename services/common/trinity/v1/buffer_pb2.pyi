@@ -1,3 +1,4 @@
+from google.protobuf import struct_pb2 as _struct_pb2
 from trinity.v1 import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
@@ -8,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class TaskSetSpec(_message.Message):
-    __slots__ = ("name", "path", "format", "split", "prompt_key", "answer_key", "epochs", "selector", "seed", "lease_seconds", "workflow", "reward_fn", "target_pass_rate", "curriculum_temperature", "limit")
+    __slots__ = ("name", "path", "format", "split", "prompt_key", "answer_key", "epochs", "selector", "seed", "lease_seconds", "workflow", "reward_fn", "target_pass_rate", "curriculum_temperature", "limit", "subset", "filters", "reward_fn_key", "workflow_key", "template", "weight", "source", "reasoning_gym")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
@@ -24,6 +25,14 @@ class TaskSetSpec(_message.Message):
     TARGET_PASS_RATE_FIELD_NUMBER: _ClassVar[int]
     CURRICULUM_TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    SUBSET_FIELD_NUMBER: _ClassVar[int]
+    FILTERS_FIELD_NUMBER: _ClassVar[int]
+    REWARD_FN_KEY_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_KEY_FIELD_NUMBER: _ClassVar[int]
+    TEMPLATE_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    REASONING_GYM_FIELD_NUMBER: _ClassVar[int]
     name: str
     path: str
     format: str
@@ -39,7 +48,65 @@ class TaskSetSpec(_message.Message):
     target_pass_rate: float
     curriculum_temperature: float
     limit: int
-    def __init__(self, name: _Optional[str] = ..., path: _Optional[str] = ..., format: _Optional[str] = ..., split: _Optional[str] = ..., prompt_key: _Optional[str] = ..., answer_key: _Optional[str] = ..., epochs: _Optional[int] = ..., selector: _Optional[str] = ..., seed: _Optional[int] = ..., lease_seconds: _Optional[float] = ..., workflow: _Optional[str] = ..., reward_fn: _Optional[str] = ..., target_pass_rate: _Optional[float] = ..., curriculum_temperature: _Optional[float] = ..., limit: _Optional[int] = ...) -> None: ...
+    subset: str
+    filters: _containers.RepeatedCompositeFieldContainer[RowFilter]
+    reward_fn_key: str
+    workflow_key: str
+    template: PromptTemplate
+    weight: float
+    source: str
+    reasoning_gym: ReasoningGymSpec
+    def __init__(self, name: _Optional[str] = ..., path: _Optional[str] = ..., format: _Optional[str] = ..., split: _Optional[str] = ..., prompt_key: _Optional[str] = ..., answer_key: _Optional[str] = ..., epochs: _Optional[int] = ..., selector: _Optional[str] = ..., seed: _Optional[int] = ..., lease_seconds: _Optional[float] = ..., workflow: _Optional[str] = ..., reward_fn: _Optional[str] = ..., target_pass_rate: _Optional[float] = ..., curriculum_temperature: _Optional[float] = ..., limit: _Optional[int] = ..., subset: _Optional[str] = ..., filters: _Optional[_Iterable[_Union[RowFilter, _Mapping]]] = ..., reward_fn_key: _Optional[str] = ..., workflow_key: _Optional[str] = ..., template: _Optional[_Union[PromptTemplate, _Mapping]] = ..., weight: _Optional[float] = ..., source: _Optional[str] = ..., reasoning_gym: _Optional[_Union[ReasoningGymSpec, _Mapping]] = ...) -> None: ...
+
+class ReasoningGymSpec(_message.Message):
+    __slots__ = ("size", "seed", "generators")
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    GENERATORS_FIELD_NUMBER: _ClassVar[int]
+    size: int
+    seed: int
+    generators: _containers.RepeatedCompositeFieldContainer[ReasoningGymGenerator]
+    def __init__(self, size: _Optional[int] = ..., seed: _Optional[int] = ..., generators: _Optional[_Iterable[_Union[ReasoningGymGenerator, _Mapping]]] = ...) -> None: ...
+
+class ReasoningGymGenerator(_message.Message):
+    __slots__ = ("name", "weight", "config")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    weight: float
+    config: _struct_pb2.Struct
+    def __init__(self, name: _Optional[str] = ..., weight: _Optional[float] = ..., config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+
+class RowFilter(_message.Message):
+    __slots__ = ("key", "op", "value")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    OP_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    op: str
+    value: _struct_pb2.Value
+    def __init__(self, key: _Optional[str] = ..., op: _Optional[str] = ..., value: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ...) -> None: ...
+
+class PromptTemplate(_message.Message):
+    __slots__ = ("format", "system_prompt", "few_shot", "prompt")
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_PROMPT_FIELD_NUMBER: _ClassVar[int]
+    FEW_SHOT_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    format: str
+    system_prompt: str
+    few_shot: _containers.RepeatedCompositeFieldContainer[FewShotExample]
+    prompt: str
+    def __init__(self, format: _Optional[str] = ..., system_prompt: _Optional[str] = ..., few_shot: _Optional[_Iterable[_Union[FewShotExample, _Mapping]]] = ..., prompt: _Optional[str] = ...) -> None: ...
+
+class FewShotExample(_message.Message):
+    __slots__ = ("prompt", "answer")
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    prompt: str
+    answer: str
+    def __init__(self, prompt: _Optional[str] = ..., answer: _Optional[str] = ...) -> None: ...
 
 class TaskSetInfo(_message.Message):
     __slots__ = ("spec", "size", "total_tasks", "handed_out", "completed", "leased", "epoch", "exhausted", "failed")
@@ -174,6 +241,60 @@ class RenewTaskLeasesResponse(_message.Message):
     lost: _containers.RepeatedScalarFieldContainer[str]
     lease_deadline_ms: int
     def __init__(self, renewed: _Optional[_Iterable[str]] = ..., lost: _Optional[_Iterable[str]] = ..., lease_deadline_ms: _Optional[int] = ...) -> None: ...
+
+class MixingSpec(_message.Message):
+    __slots__ = ("strategy", "temperature", "seed")
+    STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    strategy: str
+    temperature: float
+    seed: int
+    def __init__(self, strategy: _Optional[str] = ..., temperature: _Optional[float] = ..., seed: _Optional[int] = ...) -> None: ...
+
+class MixtureMember(_message.Message):
+    __slots__ = ("taskset", "weight")
+    TASKSET_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    taskset: str
+    weight: float
+    def __init__(self, taskset: _Optional[str] = ..., weight: _Optional[float] = ...) -> None: ...
+
+class MixtureSpec(_message.Message):
+    __slots__ = ("name", "members", "mixing")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    MIXING_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    members: _containers.RepeatedCompositeFieldContainer[MixtureMember]
+    mixing: MixingSpec
+    def __init__(self, name: _Optional[str] = ..., members: _Optional[_Iterable[_Union[MixtureMember, _Mapping]]] = ..., mixing: _Optional[_Union[MixingSpec, _Mapping]] = ...) -> None: ...
+
+class CreateMixtureRequest(_message.Message):
+    __slots__ = ("spec", "replace")
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    REPLACE_FIELD_NUMBER: _ClassVar[int]
+    spec: MixtureSpec
+    replace: bool
+    def __init__(self, spec: _Optional[_Union[MixtureSpec, _Mapping]] = ..., replace: _Optional[bool] = ...) -> None: ...
+
+class GetMixtureRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class MixtureInfo(_message.Message):
+    __slots__ = ("spec", "shares", "draws", "exhausted")
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    SHARES_FIELD_NUMBER: _ClassVar[int]
+    DRAWS_FIELD_NUMBER: _ClassVar[int]
+    EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
+    spec: MixtureSpec
+    shares: _containers.RepeatedScalarFieldContainer[float]
+    draws: int
+    exhausted: bool
+    def __init__(self, spec: _Optional[_Union[MixtureSpec, _Mapping]] = ..., shares: _Optional[_Iterable[float]] = ..., draws: _Optional[int] = ..., exhausted: _Optional[bool] = ...) -> None: ...
 
 class OperatorSpec(_message.Message):
     __slots__ = ("name", "params", "options")
@@ -430,7 +551,7 @@ class SampleExperiencesResponse(_message.Message):
     def __init__(self, items: _Optional[_Iterable[_Union[DeliveredExperience, _Mapping]]] = ..., scanned: _Optional[int] = ...) -> None: ...
 
 class LoadOfflineDataRequest(_message.Message):
-    __slots__ = ("stream", "path", "format", "kind", "split", "prompt_key", "response_key", "messages_key", "chosen_key", "rejected_key", "limit")
+    __slots__ = ("stream", "path", "format", "kind", "split", "prompt_key", "response_key", "messages_key", "chosen_key", "rejected_key", "limit", "subset", "filters")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
@@ -442,6 +563,8 @@ class LoadOfflineDataRequest(_message.Message):
     CHOSEN_KEY_FIELD_NUMBER: _ClassVar[int]
     REJECTED_KEY_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    SUBSET_FIELD_NUMBER: _ClassVar[int]
+    FILTERS_FIELD_NUMBER: _ClassVar[int]
     stream: str
     path: str
     format: str
@@ -453,7 +576,9 @@ class LoadOfflineDataRequest(_message.Message):
     chosen_key: str
     rejected_key: str
     limit: int
-    def __init__(self, stream: _Optional[str] = ..., path: _Optional[str] = ..., format: _Optional[str] = ..., kind: _Optional[_Union[_common_pb2.ExperienceKind, str]] = ..., split: _Optional[str] = ..., prompt_key: _Optional[str] = ..., response_key: _Optional[str] = ..., messages_key: _Optional[str] = ..., chosen_key: _Optional[str] = ..., rejected_key: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+    subset: str
+    filters: _containers.RepeatedCompositeFieldContainer[RowFilter]
+    def __init__(self, stream: _Optional[str] = ..., path: _Optional[str] = ..., format: _Optional[str] = ..., kind: _Optional[_Union[_common_pb2.ExperienceKind, str]] = ..., split: _Optional[str] = ..., prompt_key: _Optional[str] = ..., response_key: _Optional[str] = ..., messages_key: _Optional[str] = ..., chosen_key: _Optional[str] = ..., rejected_key: _Optional[str] = ..., limit: _Optional[int] = ..., subset: _Optional[str] = ..., filters: _Optional[_Iterable[_Union[RowFilter, _Mapping]]] = ...) -> None: ...
 
 class LoadOfflineDataResponse(_message.Message):
     __slots__ = ("loaded", "skipped")

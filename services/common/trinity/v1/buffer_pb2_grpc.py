@@ -70,6 +70,16 @@ class BufferServiceStub:
                 request_serializer=trinity_dot_v1_dot_buffer__pb2.RenewTaskLeasesRequest.SerializeToString,
                 response_deserializer=trinity_dot_v1_dot_buffer__pb2.RenewTaskLeasesResponse.FromString,
                 _registered_method=True)
+        self.CreateMixture = channel.unary_unary(
+                '/trinity.v1.BufferService/CreateMixture',
+                request_serializer=trinity_dot_v1_dot_buffer__pb2.CreateMixtureRequest.SerializeToString,
+                response_deserializer=trinity_dot_v1_dot_buffer__pb2.MixtureInfo.FromString,
+                _registered_method=True)
+        self.GetMixture = channel.unary_unary(
+                '/trinity.v1.BufferService/GetMixture',
+                request_serializer=trinity_dot_v1_dot_buffer__pb2.GetMixtureRequest.SerializeToString,
+                response_deserializer=trinity_dot_v1_dot_buffer__pb2.MixtureInfo.FromString,
+                _registered_method=True)
         self.CreateStream = channel.unary_unary(
                 '/trinity.v1.BufferService/CreateStream',
                 request_serializer=trinity_dot_v1_dot_buffer__pb2.CreateStreamRequest.SerializeToString,
@@ -183,6 +193,20 @@ class BufferServiceServicer:
     def RenewTaskLeases(self, request, context):
         """Extends leases the consumer still holds (a rollout outlives lease_seconds); says which were lost.
         """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateMixture(self, request, context):
+        """A mixture of task sets: LeaseTasks on it draws each task's member task set with the mixing shares (seeded).
+        Its tasks belong to their members: Complete / Renew them at Task.taskset.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetMixture(self, request, context):
+        """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -312,6 +336,16 @@ def add_BufferServiceServicer_to_server(servicer, server):
                     servicer.RenewTaskLeases,
                     request_deserializer=trinity_dot_v1_dot_buffer__pb2.RenewTaskLeasesRequest.FromString,
                     response_serializer=trinity_dot_v1_dot_buffer__pb2.RenewTaskLeasesResponse.SerializeToString,
+            ),
+            'CreateMixture': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateMixture,
+                    request_deserializer=trinity_dot_v1_dot_buffer__pb2.CreateMixtureRequest.FromString,
+                    response_serializer=trinity_dot_v1_dot_buffer__pb2.MixtureInfo.SerializeToString,
+            ),
+            'GetMixture': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMixture,
+                    request_deserializer=trinity_dot_v1_dot_buffer__pb2.GetMixtureRequest.FromString,
+                    response_serializer=trinity_dot_v1_dot_buffer__pb2.MixtureInfo.SerializeToString,
             ),
             'CreateStream': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateStream,
@@ -568,6 +602,60 @@ class BufferService:
             '/trinity.v1.BufferService/RenewTaskLeases',
             trinity_dot_v1_dot_buffer__pb2.RenewTaskLeasesRequest.SerializeToString,
             trinity_dot_v1_dot_buffer__pb2.RenewTaskLeasesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateMixture(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trinity.v1.BufferService/CreateMixture',
+            trinity_dot_v1_dot_buffer__pb2.CreateMixtureRequest.SerializeToString,
+            trinity_dot_v1_dot_buffer__pb2.MixtureInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMixture(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trinity.v1.BufferService/GetMixture',
+            trinity_dot_v1_dot_buffer__pb2.GetMixtureRequest.SerializeToString,
+            trinity_dot_v1_dot_buffer__pb2.MixtureInfo.FromString,
             options,
             channel_credentials,
             insecure,

@@ -30,6 +30,31 @@ class EventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EVENT_KIND_ERROR: _ClassVar[EventKind]
     EVENT_KIND_FINISHED: _ClassVar[EventKind]
     EVENT_KIND_LEAVING: _ClassVar[EventKind]
+    EVENT_KIND_WARNING: _ClassVar[EventKind]
+    EVENT_KIND_SPAN: _ClassVar[EventKind]
+
+class Phase(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PHASE_UNSPECIFIED: _ClassVar[Phase]
+    PHASE_MODEL_CONVERT: _ClassVar[Phase]
+    PHASE_ENGINE_START: _ClassVar[Phase]
+    PHASE_MODEL_LOAD: _ClassVar[Phase]
+    PHASE_SYNC_FORM: _ClassVar[Phase]
+    PHASE_WEIGHT_WAIT: _ClassVar[Phase]
+    PHASE_WEIGHT_RECEIVE: _ClassVar[Phase]
+    PHASE_WEIGHT_LOAD: _ClassVar[Phase]
+    PHASE_LEASE: _ClassVar[Phase]
+    PHASE_ROLLOUT: _ClassVar[Phase]
+    PHASE_REWARD: _ClassVar[Phase]
+    PHASE_PUT: _ClassVar[Phase]
+    PHASE_EVALUATE: _ClassVar[Phase]
+    PHASE_READ_BATCH: _ClassVar[Phase]
+    PHASE_PREPARE: _ClassVar[Phase]
+    PHASE_FORWARD_BACKWARD: _ClassVar[Phase]
+    PHASE_OPTIMIZER: _ClassVar[Phase]
+    PHASE_CHECKPOINT: _ClassVar[Phase]
+    PHASE_PUBLISH_WEIGHTS: _ClassVar[Phase]
+    PHASE_EXPORT: _ClassVar[Phase]
 RUN_STATE_UNSPECIFIED: RunState
 RUN_STATE_PENDING: RunState
 RUN_STATE_RUNNING: RunState
@@ -47,6 +72,28 @@ EVENT_KIND_STEER: EventKind
 EVENT_KIND_ERROR: EventKind
 EVENT_KIND_FINISHED: EventKind
 EVENT_KIND_LEAVING: EventKind
+EVENT_KIND_WARNING: EventKind
+EVENT_KIND_SPAN: EventKind
+PHASE_UNSPECIFIED: Phase
+PHASE_MODEL_CONVERT: Phase
+PHASE_ENGINE_START: Phase
+PHASE_MODEL_LOAD: Phase
+PHASE_SYNC_FORM: Phase
+PHASE_WEIGHT_WAIT: Phase
+PHASE_WEIGHT_RECEIVE: Phase
+PHASE_WEIGHT_LOAD: Phase
+PHASE_LEASE: Phase
+PHASE_ROLLOUT: Phase
+PHASE_REWARD: Phase
+PHASE_PUT: Phase
+PHASE_EVALUATE: Phase
+PHASE_READ_BATCH: Phase
+PHASE_PREPARE: Phase
+PHASE_FORWARD_BACKWARD: Phase
+PHASE_OPTIMIZER: Phase
+PHASE_CHECKPOINT: Phase
+PHASE_PUBLISH_WEIGHTS: Phase
+PHASE_EXPORT: Phase
 
 class Run(_message.Message):
     __slots__ = ("id", "name", "state", "config_json", "created_unix_ms", "updated_unix_ms", "error", "train_step", "explore_step", "model_version", "stage", "latest_metrics", "assignments", "finished", "final_model_path", "lost_unix_ms")
@@ -137,8 +184,28 @@ class CancelRunRequest(_message.Message):
     reason: str
     def __init__(self, run_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
+class Span(_message.Message):
+    __slots__ = ("phase", "source", "stage", "step", "model_version", "start_unix_ms", "end_unix_ms", "detail")
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    START_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    END_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    phase: Phase
+    source: str
+    stage: int
+    step: int
+    model_version: int
+    start_unix_ms: int
+    end_unix_ms: int
+    detail: str
+    def __init__(self, phase: _Optional[_Union[Phase, str]] = ..., source: _Optional[str] = ..., stage: _Optional[int] = ..., step: _Optional[int] = ..., model_version: _Optional[int] = ..., start_unix_ms: _Optional[int] = ..., end_unix_ms: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
+
 class RunEvent(_message.Message):
-    __slots__ = ("run_id", "seq", "kind", "source", "step", "model_version", "metrics", "message", "unix_ms", "state", "stage", "final_model_path", "event_id")
+    __slots__ = ("run_id", "seq", "kind", "source", "step", "model_version", "metrics", "message", "unix_ms", "state", "stage", "final_model_path", "event_id", "spans")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -159,6 +226,7 @@ class RunEvent(_message.Message):
     STAGE_FIELD_NUMBER: _ClassVar[int]
     FINAL_MODEL_PATH_FIELD_NUMBER: _ClassVar[int]
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    SPANS_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     seq: str
     kind: EventKind
@@ -172,7 +240,8 @@ class RunEvent(_message.Message):
     stage: int
     final_model_path: str
     event_id: str
-    def __init__(self, run_id: _Optional[str] = ..., seq: _Optional[str] = ..., kind: _Optional[_Union[EventKind, str]] = ..., source: _Optional[str] = ..., step: _Optional[int] = ..., model_version: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., message: _Optional[str] = ..., unix_ms: _Optional[int] = ..., state: _Optional[_Union[RunState, str]] = ..., stage: _Optional[int] = ..., final_model_path: _Optional[str] = ..., event_id: _Optional[str] = ...) -> None: ...
+    spans: _containers.RepeatedCompositeFieldContainer[Span]
+    def __init__(self, run_id: _Optional[str] = ..., seq: _Optional[str] = ..., kind: _Optional[_Union[EventKind, str]] = ..., source: _Optional[str] = ..., step: _Optional[int] = ..., model_version: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., message: _Optional[str] = ..., unix_ms: _Optional[int] = ..., state: _Optional[_Union[RunState, str]] = ..., stage: _Optional[int] = ..., final_model_path: _Optional[str] = ..., event_id: _Optional[str] = ..., spans: _Optional[_Iterable[_Union[Span, _Mapping]]] = ...) -> None: ...
 
 class WatchRunRequest(_message.Message):
     __slots__ = ("run_id", "after_seq")
@@ -195,6 +264,20 @@ class ReportEventResponse(_message.Message):
     seq: str
     run_active: bool
     def __init__(self, seq: _Optional[str] = ..., run_active: _Optional[bool] = ...) -> None: ...
+
+class GetRunSpansRequest(_message.Message):
+    __slots__ = ("run_id", "since_step")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    SINCE_STEP_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    since_step: int
+    def __init__(self, run_id: _Optional[str] = ..., since_step: _Optional[int] = ...) -> None: ...
+
+class GetRunSpansResponse(_message.Message):
+    __slots__ = ("spans",)
+    SPANS_FIELD_NUMBER: _ClassVar[int]
+    spans: _containers.RepeatedCompositeFieldContainer[Span]
+    def __init__(self, spans: _Optional[_Iterable[_Union[Span, _Mapping]]] = ...) -> None: ...
 
 class SteerRunRequest(_message.Message):
     __slots__ = ("run_id", "steering")

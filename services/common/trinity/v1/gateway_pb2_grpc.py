@@ -70,6 +70,11 @@ class GatewayServiceStub:
                 request_serializer=trinity_dot_v1_dot_gateway__pb2.SteerRunRequest.SerializeToString,
                 response_deserializer=trinity_dot_v1_dot_gateway__pb2.SteerRunResponse.FromString,
                 _registered_method=True)
+        self.GetRunSpans = channel.unary_unary(
+                '/trinity.v1.GatewayService/GetRunSpans',
+                request_serializer=trinity_dot_v1_dot_gateway__pb2.GetRunSpansRequest.SerializeToString,
+                response_deserializer=trinity_dot_v1_dot_gateway__pb2.GetRunSpansResponse.FromString,
+                _registered_method=True)
         self.Register = channel.unary_unary(
                 '/trinity.v1.GatewayService/Register',
                 request_serializer=trinity_dot_v1_dot_gateway__pb2.RegisterRequest.SerializeToString,
@@ -162,6 +167,13 @@ class GatewayServiceServicer:
     def SteerRun(self, request, context):
         """Changes a live run's steerable knobs on the services that own them; each change becomes an EVENT_KIND_STEER
         event.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetRunSpans(self, request, context):
+        """A run's timeline: the spans its services reported (RunEvent.spans), from `since_step` on.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -264,6 +276,11 @@ def add_GatewayServiceServicer_to_server(servicer, server):
                     servicer.SteerRun,
                     request_deserializer=trinity_dot_v1_dot_gateway__pb2.SteerRunRequest.FromString,
                     response_serializer=trinity_dot_v1_dot_gateway__pb2.SteerRunResponse.SerializeToString,
+            ),
+            'GetRunSpans': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRunSpans,
+                    request_deserializer=trinity_dot_v1_dot_gateway__pb2.GetRunSpansRequest.FromString,
+                    response_serializer=trinity_dot_v1_dot_gateway__pb2.GetRunSpansResponse.SerializeToString,
             ),
             'Register': grpc.unary_unary_rpc_method_handler(
                     servicer.Register,
@@ -500,6 +517,33 @@ class GatewayService:
             '/trinity.v1.GatewayService/SteerRun',
             trinity_dot_v1_dot_gateway__pb2.SteerRunRequest.SerializeToString,
             trinity_dot_v1_dot_gateway__pb2.SteerRunResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRunSpans(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trinity.v1.GatewayService/GetRunSpans',
+            trinity_dot_v1_dot_gateway__pb2.GetRunSpansRequest.SerializeToString,
+            trinity_dot_v1_dot_gateway__pb2.GetRunSpansResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -12,7 +13,7 @@ from typing import Any, TypeVar
 import grpc
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict
 
@@ -21,6 +22,7 @@ from trinity.console import auth, configs, runs
 from trinity.console.settings import ConsoleSettings
 from trinity.runtime.errors import one_line
 from trinity.runtime.logging import get_logger
+from trinity.runtime.spans import span_json
 from trinity.sdk import (
     AsyncRunHandle,
     AsyncTrinityClient,
@@ -36,6 +38,9 @@ from trinity.sdk.client import TERMINAL
 log = get_logger(__name__)
 
 STATIC = Path(__file__).parent / "static"
+# The page's third-party code, vendored in the package (static/vendor/SOURCES.json says what each file is).
+VENDOR_ASSETS = ("uplot.js", "uplot.css", "js-yaml.js")
+LOADING = "<p>Loading…</p>"
 EVAL_SNAPSHOT_S = 1.0  # a live run's recorded events arrive within this; a finished run's stream just ends
 HEALTH_TIMEOUT_S = 2.0
 KEEPALIVE_S = 15.0
@@ -108,8 +113,27 @@ async def _with_keepalives(events: AsyncIterator[T], every_s: float = KEEPALIVE_
         task.cancel()
 
 
+def missing_assets(static: Path | None = None) -> list[str]:
+    """The vendored files the page imports that this install lacks (`vendor/uplot.js`, ...); empty when complete."""
+    vendor = (static or STATIC) / "vendor"
+    return [f"vendor/{name}" for name in VENDOR_ASSETS if not (vendor / name).is_file()]
+
+
+def assets_problem(missing: list[str]) -> str:
+    """What a console without its vendored files tells the log and the page (they ship with every install of
+    trinity-console; a copy of the source folder without them is incomplete)."""
+    return (
+        f"the console page cannot load: {', '.join(missing)} missing from {STATIC}. They ship in the trinity-console "
+        "package (in git, static/vendor/): reinstall it, or in a checkout restore them (`git checkout`) or rebuild "
+        "them from npm (`make console-assets`)"
+    )
+
+
 def create_app(settings: ConsoleSettings | None = None) -> FastAPI:
     settings = settings or ConsoleSettings.from_env()
+    missing = missing_assets()
+    if missing:
+        log.warning("console.assets_missing", missing=missing, problem=assets_problem(missing))
     client = TrinityClient(settings.gateway, token=settings.token)
     probe = TrinityClient(settings.gateway, token=settings.token, timeout=HEALTH_TIMEOUT_S)
     watchers: dict[str, AsyncTrinityClient] = {}
@@ -203,7 +227,11 @@ def create_app(settings: ConsoleSettings | None = None) -> FastAPI:
         page = STATIC / "index.html"
         if not page.is_file():
             return _detail(404, f"the console page is not built ({page} is missing)")
-        return FileResponse(page)
+        if not missing:
+            return FileResponse(page)
+        # Without its libraries the page's scripts cannot load and would leave "Loading…" up: say why instead.
+        alert = f'<p class="error" role="alert" id="assets-missing">{html.escape(assets_problem(missing))}</p>'
+        return HTMLResponse(page.read_text().replace(LOADING, alert), status_code=500)
 
     if STATIC.is_dir():
         app.mount("/static", StaticFiles(directory=STATIC), name="static")
@@ -303,6 +331,10 @@ def create_app(settings: ConsoleSettings | None = None) -> FastAPI:
                     raise
                 return {"experiences": []}  # the stream is not there yet
         return {"experiences": [runs.experience_json(i.entry_id, i.experience) for i in reply.items]}
+
+    @app.get("/api/runs/{run_id}/spans")
+    def spans(run_id: str, since_step: int = Query(0, ge=0)) -> dict[str, Any]:
+        return {"spans": [span_json(span) for span in client.spans(run_id, since_step)]}
 
     @app.get("/api/runs/{run_id}/evals")
     def evals(run_id: str) -> dict[str, Any]:

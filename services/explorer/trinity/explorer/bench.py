@@ -1,6 +1,6 @@
 """Mode `bench`: evaluate a model directory or checkpoint on task sets and write a JSON report.
 
-Every task of each eval task set (or of `buffer.taskset` when there are none) is evaluated once by
+Every task of each eval task set (or of each train task set when there are none) is evaluated once by
 `trinity.explorer.evaluation`; the report holds the metrics per task set and overall, and the
 `finished` event names its path.
 """
@@ -27,7 +27,7 @@ def report_path(config: RunConfig) -> Path:
 def run(ctx: ExplorerContext) -> str:
     """Evaluate, report an `eval` event, write the JSON report; returns the finish message naming it."""
     cfg = ctx.config
-    sections = cfg.buffer.eval_tasksets or ((cfg.buffer.taskset,) if cfg.buffer.taskset is not None else ())
+    sections = cfg.buffer.eval_tasksets or cfg.buffer.train_tasksets
     evaluation = evaluate(ctx, sections)
     report: dict[str, Any] = {
         "run_id": ctx.run_id,

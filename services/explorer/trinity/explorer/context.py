@@ -13,21 +13,26 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
-from functools import cached_property
+from functools import cached_property, partial
 
 from trinity.clients import BufferClient, GatewayClient
 from trinity.clients.gateway import RunReporter
 from trinity.config import RunConfig, naming
 from trinity.explorer.engines.base import Engine, SamplingSettings
-from trinity.explorer.metrics import WEIGHT_VERSION
+from trinity.explorer.metrics import DIGEST_MATCH, WEIGHT_VERSION
 from trinity.explorer.rewards.judge_client import JudgeSettings, build_judge
 from trinity.explorer.steering import Steering
 from trinity.explorer.weight_feed import WeightFeed
 from trinity.explorer.workflows import create_workflow
 from trinity.explorer.workflows.base import RolloutSettings, Workflow
+from trinity.explorer.workflows.routing import TaskWorkflows, workflow_for_run
 from trinity.models.digest import weights_digest
+from trinity.runtime.logging import get_logger
 from trinity.runtime.run_host import ReportingRunner
+from trinity.runtime.spans import now_ms
 from trinity.v1 import gateway_pb2
+
+log = get_logger(__name__)
 
 RUN_OVER = (gateway_pb2.RUN_STATE_SUCCEEDED, gateway_pb2.RUN_STATE_FAILED, gateway_pb2.RUN_STATE_CANCELLED)
 STAGED_POLL_S = 0.05
@@ -45,6 +50,10 @@ def engine_guard(on_failure: EngineFailure | None) -> Iterator[None]:
         if on_failure is not None:
             on_failure(f"{type(err).__name__}: {err}")
         raise
+
+
+class WeightsDigestMismatch(RuntimeError):
+    """The weights an explorer loaded are not the ones published, and `monitor.consistency.action` is `stop`."""
 
 
 def required_version(step: int, sync_interval: int, sync_offset: int) -> int:
@@ -119,9 +128,29 @@ class ExplorerContext(ReportingRunner):
         """An event in the run's log (step defaults to the current one); a run over elsewhere stops this one."""
         self._report(kind, step=step, message=message, metrics=metrics)
 
+    def timed(self, phase: gateway_pb2.Phase, *, detail: str = "") -> contextlib.AbstractContextManager[None]:
+        """Time the block as a span of the explore step in progress; it rides on the step's explore event."""
+        return self.reporter.spans.timed(phase, step=self.step + 1, model_version=self.model_version, detail=detail)
+
+    def record(
+        self, phase: gateway_pb2.Phase, start_ms: int, *, end_ms: int | None = None, version: int | None = None
+    ) -> None:
+        """A span of the explore step in progress that began at `start_ms` and ends at `end_ms` (now when None)."""
+        version = self.model_version if version is None else version
+        self.reporter.spans.add(phase, step=self.step + 1, model_version=version, start_ms=start_ms, end_ms=end_ms)
+
+    def phase(self, phase: gateway_pb2.Phase, *, detail: str = "") -> contextlib.AbstractContextManager[None]:
+        """A long phase (an evaluation after the steps done so far), announced as it begins and as it ends."""
+        return self.reporter.phase(phase, step=self.step, model_version=self.model_version, detail=detail)
+
     def taskset(self, name: str) -> str:
         """The Buffer name of the run's task set `name` (as the config names it)."""
         return naming.taskset(self.run_id, self.stage, name)
+
+    def train_tasks(self) -> str:
+        """The Buffer name train tasks are leased from: the run's one train task set, or the mixture of several
+        (whose tasks each name their own task set, `Task.taskset`)."""
+        return naming.train_tasks(self.run_id, self.stage, [s.name for s in self.config.buffer.train_tasksets])
 
     def experience_stream(self) -> str:
         return naming.experience_stream(self.run_id, self.stage, self.config.buffer.experience_stream.name)
@@ -134,6 +163,12 @@ class ExplorerContext(ReportingRunner):
         options = self.config.explorer.workflow_options
         kwargs = options if isinstance(options, dict) else options.model_dump()
         return create_workflow(self.config.explorer.workflow, **kwargs)
+
+    @cached_property
+    def task_workflows(self) -> TaskWorkflows:
+        """What rollouts and evaluations run tasks with: each task's own workflow (`Task.workflow`, built with its
+        default options), the run's `workflow` for a task that names none."""
+        return TaskWorkflows(self.workflow, self.config.explorer.workflow, partial(workflow_for_run, self.config))
 
     @cached_property
     def judge(self) -> JudgeSettings | None:
@@ -180,23 +215,43 @@ class ExplorerContext(ReportingRunner):
         while True:
             staged = self.feed.take()
             if staged is not None:
-                version, tensors = staged
-                started = time.perf_counter()
-                self.engine.load_weights(version, tensors)
-                WEIGHT_VERSION.set(version)
+                started, loading = time.perf_counter(), now_ms()
+                received, arrived = staged.received_ms
+                if received:
+                    self.record(gateway_pb2.PHASE_WEIGHT_RECEIVE, received, end_ms=arrived, version=staged.version)
+                self.engine.load_weights(staged.version, staged.tensors)
+                self.record(gateway_pb2.PHASE_WEIGHT_LOAD, loading, version=staged.version)
+                WEIGHT_VERSION.set(staged.version)
+                loaded = weights_digest(staged.tensors)
+                metrics = {
+                    "load_seconds": time.perf_counter() - started,
+                    "weights_digest": float(loaded),
+                    "version": float(staged.version),
+                }
+                published = staged.published_digest
+                if published is not None:  # the trainer's digest of what it sent, against ours of what we loaded
+                    metrics |= {"published_digest": float(published), "digest_match": float(loaded == published)}
+                    DIGEST_MATCH.set(metrics["digest_match"])
                 self.report(
-                    gateway_pb2.EVENT_KIND_WEIGHTS,
-                    message=f"serving version {version}",
-                    metrics={
-                        "load_seconds": time.perf_counter() - started,
-                        "weights_digest": float(weights_digest(tensors)),
-                        "version": float(version),
-                    },
+                    gateway_pb2.EVENT_KIND_WEIGHTS, message=f"serving version {staged.version}", metrics=metrics
                 )
+                if published is not None and loaded != published:
+                    self._digest_mismatch(staged.version, loaded, published)
                 return
             if time.monotonic() >= deadline:
                 return
             time.sleep(STAGED_POLL_S)
+
+    def _digest_mismatch(self, version: int, loaded: int, published: int) -> None:
+        """A warning event, or with `monitor.consistency.action: stop` the explorer's failure (the run's)."""
+        line = (
+            f"weights version {version}: digest_match 0, the weights loaded (digest {loaded:#x}) are not the ones "
+            f"published (digest {published:#x})"
+        )
+        if self.config.monitor.consistency.action == "stop":
+            raise WeightsDigestMismatch(f"{line} (monitor.consistency.action: stop)")
+        log.warning("weights.digest_mismatch", run_id=self.run_id, version=version, loaded=loaded, published=published)
+        self.report(gateway_pb2.EVENT_KIND_WARNING, message=line)
 
     def wait_for_weights(self, step: int) -> bool:
         """Swap in staged weights; block until the version explore step `step` needs has arrived.
@@ -205,14 +260,19 @@ class ExplorerContext(ReportingRunner):
         """
         sync = self.config.synchronizer
         needed = required_version(step, sync.sync_interval, sync.sync_offset) if self.feed is not None else 0
+        waiting: int | None = None  # since when the step has waited (a weight-wait span once the version is in)
         while True:
+            applying = now_ms()
             self.apply_staged_weights()
             if self.model_version >= needed:
+                if waiting is not None:
+                    self.record(gateway_pb2.PHASE_WEIGHT_WAIT, waiting, end_ms=applying, version=needed)
                 return True
             if self.stopped:
                 return False
             if self.feed is not None and self.feed.error is not None:
                 raise RuntimeError(f"weight sync failed: {self.feed.error}")
+            waiting = now_ms() if waiting is None else waiting
             self.wait(STAGED_POLL_S)
 
     def wait_for_final_weights(self, train_steps: int) -> None:

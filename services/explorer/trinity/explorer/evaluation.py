@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from trinity.config.buffer import TaskSetConfig
 from trinity.explorer.context import ExplorerContext
-from trinity.v1 import buffer_pb2, common_pb2
+from trinity.v1 import buffer_pb2, common_pb2, gateway_pb2
 
 PASS_THRESHOLD = 1.0  # a sample passes when its reward reaches this (accuracy rewards are 0/1)
 LEASE_CHUNK = 64
@@ -98,17 +98,19 @@ def evaluate(ctx: ExplorerContext, sections: Sequence[TaskSetConfig]) -> Evaluat
     settings = ctx.rollout_settings(explorer.eval_temperature, explorer.eval_repeat_times, evaluation=True)
     tasksets: dict[str, dict[str, float]] = {}
     everything: list[Group] = []
-    for section in sections:
-        name = ctx.taskset(section.name)
-        size = int(ctx.buffer.taskset(name).size)
-        groups: list[Group] = []
-        while len(groups) < size:  # eval sets cycle endlessly: stop after one pass
-            leased = ctx.buffer.lease_tasks(name, ctx.instance_id, min(LEASE_CHUNK, size - len(groups)))
-            if not leased.tasks:
-                break
-            batches = ctx.workflow.run_batch(list(leased.tasks), ctx.engine, settings)
-            ctx.buffer.complete_tasks(name, ctx.instance_id, task_results(leased.tasks, batches))
-            groups += batches
-        tasksets[section.name] = summarize(groups)
-        everything += groups
+    sizes = {section.name: int(ctx.buffer.taskset(ctx.taskset(section.name)).size) for section in sections}
+    samples = sum(sizes.values()) * explorer.eval_repeat_times
+    with ctx.phase(gateway_pb2.PHASE_EVALUATE, detail=f"{samples} samples"):
+        for section in sections:
+            name, size = ctx.taskset(section.name), sizes[section.name]
+            groups: list[Group] = []
+            while len(groups) < size:  # eval sets cycle endlessly: stop after one pass
+                leased = ctx.buffer.lease_tasks(name, ctx.instance_id, min(LEASE_CHUNK, size - len(groups)))
+                if not leased.tasks:
+                    break
+                batches = ctx.task_workflows.run_batch(list(leased.tasks), ctx.engine, settings)
+                ctx.buffer.complete_tasks(name, ctx.instance_id, task_results(leased.tasks, batches))
+                groups += batches
+            tasksets[section.name] = summarize(groups)
+            everything += groups
     return Evaluation(overall=summarize(everything), tasksets=tasksets, seconds=time.perf_counter() - started)

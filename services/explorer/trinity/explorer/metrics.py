@@ -13,6 +13,9 @@ ROLLOUT_TOKENS_PER_SECOND = Gauge(
 )
 REWARD_MEAN = Gauge("trinity_explorer_reward_mean", "Mean reward of the last explore step")
 WEIGHT_VERSION = Gauge("trinity_explorer_weight_version", "Weight version the engine serves")
+DIGEST_MATCH = Gauge(
+    "trinity_explorer_weights_digest_match", "1 when the last weights loaded have the digest the trainer published"
+)
 STALENESS = Gauge("trinity_explorer_staleness", "Explore steps between the served weights and the step being sampled")
 JUDGE_FALLBACKS = Counter(
     "trinity_explorer_judge_fallbacks_total", "Responses given the fallback reward because the judge failed"

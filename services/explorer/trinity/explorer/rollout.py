@@ -13,6 +13,14 @@ never waits on an explorer waiting for weights.
 A step's rollouts run in a `RolloutPool` (concurrent, time-limited, retried; a rollout that keeps failing is
 dropped and counted) while a `LeaseKeeper` renews the step's task leases. A dropped task is completed as
 failed: it is not handed out again and records no pass rate.
+
+With several train task sets (`buffer.tasksets`) the explorer leases from their mixture in the Buffer, which
+draws each task's set; a task belongs to its own set (`Task.taskset`), where its lease is renewed and completed.
+Explore events carry the step's metrics per train task set too (`reward_mean/<name>`, `pass_rate/<name>`,
+`tasks/<name>`).
+
+A step's phases (the wait for its weights and their load, lease, rollout, reward, put) are timed as spans that ride
+on its explore event, for the run's timeline (docs/console.md, "Timeline").
 """
 
 from __future__ import annotations
@@ -20,8 +28,11 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections import Counter
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from trinity.config import RunConfig
 from trinity.config.modes import RunMode
@@ -30,10 +41,12 @@ from trinity.explorer.evaluation import evaluate, passed, task_results
 from trinity.explorer.leases import LeaseKeeper
 from trinity.explorer.metrics import ENGINE_QUEUE, record_rollout
 from trinity.explorer.rollout_pool import Rollout, RolloutLimits, RolloutPool
-from trinity.explorer.workflows.base import Workflow
-from trinity.v1 import buffer_pb2, gateway_pb2
+from trinity.explorer.workflows.base import RolloutSettings, Workflow
+from trinity.runtime.spans import Envelope, now_ms
+from trinity.v1 import buffer_pb2, common_pb2, gateway_pb2
 
 _DROPS_LISTED = 8  # tasks named in a step's "dropped" log event
+T = TypeVar("T")
 
 
 def needs_greedy_baseline(config: RunConfig, workflow: Workflow) -> bool:
@@ -90,8 +103,8 @@ class ExploreBudget:
 def run(ctx: ExplorerContext) -> str:
     """Explore until the step limit, the task set runs out, or the run stops; returns the finish message."""
     cfg = ctx.config
-    taskset_section = cfg.buffer.taskset
-    if taskset_section is None:  # RunConfig refuses modes both/explore without one
+    train = {ctx.taskset(section.name): section for section in cfg.buffer.train_tasksets}  # by Buffer name
+    if not train:  # RunConfig refuses modes both/explore without one
         raise ValueError("buffer.taskset: required to explore")
     greedy_baseline = needs_greedy_baseline(cfg, ctx.workflow)
     if cfg.mode == RunMode.BOTH:
@@ -101,11 +114,12 @@ def run(ctx: ExplorerContext) -> str:
     if cfg.explorer.eval_on_start and cfg.buffer.eval_tasksets and ctx.step == 0:  # not again by a replacement
         _evaluate(ctx)
     last_eval_version = 0
-    taskset = ctx.taskset(taskset_section.name)
+    source = ctx.train_tasks()  # the one train task set, or the mixture of several
+    names = {name: section.name for name, section in train.items()}
     stream = ctx.experience_stream()
     budget = ExploreBudget.of(cfg)
     fed = _batches_fed(ctx, stream, budget)
-    pool = RolloutPool(ctx.workflow, ctx.engine, RolloutLimits.of(cfg.explorer))
+    pool = RolloutPool(ctx.task_workflows, ctx.engine, RolloutLimits.of(cfg.explorer))
     proven = ctx.step > 0  # a replacement explorer joins a run whose rollouts have worked
     while not ctx.stopped and budget.more(ctx.step, fed):
         if not ctx.hold_while_paused():  # paused by Steer: no lease, no rollout until resumed (or stopped)
@@ -116,26 +130,37 @@ def run(ctx: ExplorerContext) -> str:
         settings = replace(
             ctx.rollout_settings(cfg.explorer.temperature, cfg.algorithm.group_size),
             greedy_baseline=greedy_baseline,
+            reward_clock=Envelope(),
         )
-        started = time.perf_counter()
-        leased = ctx.buffer.lease_tasks(taskset, ctx.instance_id, cfg.buffer.batch_size)
+        started, leasing = time.perf_counter(), now_ms()
+        leased = ctx.buffer.lease_tasks(source, ctx.instance_id, cfg.buffer.batch_size)
         if not leased.tasks:
             if leased.exhausted:
                 break
             ctx.wait(0.5)  # tasks are leased elsewhere; they may come back
             continue
+        ctx.record(gateway_pb2.PHASE_LEASE, leasing)
         tasks = list(leased.tasks)
         ENGINE_QUEUE.set(len(tasks) * settings.repeat_times)
-        keeper = LeaseKeeper(ctx.buffer, taskset, ctx.instance_id, tasks, taskset_section.lease_seconds)
-        with keeper, ctx.engine_guard():
-            rollouts = pool.run(tasks, settings)
+        with ExitStack() as held:
+            keepers = [
+                held.enter_context(LeaseKeeper(ctx.buffer, name, ctx.instance_id, group, train[name].lease_seconds))
+                for name, group in by_taskset(tasks, tasks).items()
+            ]
+            held.enter_context(ctx.engine_guard())
+            with ctx.timed(gateway_pb2.PHASE_ROLLOUT, detail=f"{len(tasks) * settings.repeat_times} samples"):
+                rollouts = pool.run(tasks, settings)
         ENGINE_QUEUE.set(0)
+        _record_rewards(ctx, settings)
         proven = fail_fast(rollouts, proven)
         experiences = [e for r in rollouts for e in r.experiences]
-        put = ctx.buffer.put(stream, experiences) if experiences else buffer_pb2.PutExperiencesResponse()
-        ctx.buffer.complete_tasks(taskset, ctx.instance_id, rollout_results(rollouts))
-        fed = _batches_fed(ctx, stream, budget)
-        _report_step(ctx, rollouts, put, time.perf_counter() - started, fed, keeper.lost)
+        with ctx.timed(gateway_pb2.PHASE_PUT, detail=f"{len(experiences)} experiences"):
+            put = ctx.buffer.put(stream, experiences) if experiences else buffer_pb2.PutExperiencesResponse()
+            for name, results in by_taskset([r.task for r in rollouts], rollout_results(rollouts)).items():
+                ctx.buffer.complete_tasks(name, ctx.instance_id, results)
+            fed = _batches_fed(ctx, stream, budget)
+        lost = [task_id for keeper in keepers for task_id in keeper.lost]
+        _report_step(ctx, rollouts, put, time.perf_counter() - started, fed, lost, names)
         ctx.step += 1
         interval = cfg.explorer.eval_interval
         if interval and cfg.buffer.eval_tasksets and ctx.model_version - last_eval_version >= interval:
@@ -185,11 +210,42 @@ def rollout_results(rollouts: list[Rollout]) -> list[buffer_pb2.TaskResult]:
     return results
 
 
+def by_taskset(tasks: Sequence[common_pb2.Task], items: Sequence[T]) -> dict[str, list[T]]:
+    """`items` (one per task, in order) by their task's own task set (`Task.taskset`): where its lease is renewed
+    and completed, also when the task came from a mixture."""
+    groups: dict[str, list[T]] = defaultdict(list)
+    for task, item in zip(tasks, items, strict=True):
+        groups[task.taskset].append(item)
+    return dict(groups)
+
+
+def taskset_metrics(rollouts: Sequence[Rollout], names: Mapping[str, str]) -> dict[str, float]:
+    """The step's metrics per train task set, under its config name (`names`: Buffer name -> config name):
+    `reward_mean/<name>` and `pass_rate/<name>` over its scored samples, like the step's own, and `tasks/<name>`,
+    how many of the step's tasks it gave."""
+    metrics: dict[str, float] = {}
+    for taskset, group in sorted(by_taskset([r.task for r in rollouts], rollouts).items()):
+        name = names.get(taskset, taskset)
+        ok = [e for r in group for e in r.experiences if not e.failed]
+        metrics[f"reward_mean/{name}"] = _mean([e.reward for e in ok])
+        metrics[f"pass_rate/{name}"] = _mean([passed(e) for e in ok])
+        metrics[f"tasks/{name}"] = float(len(group))
+    return metrics
+
+
 def _batches_fed(ctx: ExplorerContext, stream: str, budget: ExploreBudget) -> int:
     """Train batches the stream has accepted so far, from every explorer of the run (after operators)."""
     if not budget.train_steps:
         return 0
     return int(ctx.buffer.stream(stream).stats.put) // ctx.config.train_batch_size
+
+
+def _record_rewards(ctx: ExplorerContext, settings: RolloutSettings) -> None:
+    """The step's reward span: from its first reward call to its last (they interleave with sampling when the
+    engine runs rollouts concurrently)."""
+    clock = settings.reward_clock
+    if clock is not None and clock.start_ms is not None:
+        ctx.record(gateway_pb2.PHASE_REWARD, clock.start_ms, end_ms=clock.end_ms)
 
 
 def _evaluate(ctx: ExplorerContext) -> None:
@@ -207,6 +263,7 @@ def _report_step(
     seconds: float,
     batches_fed: int,
     lost_leases: list[str],
+    names: Mapping[str, str],
 ) -> None:
     experiences = [e for r in rollouts for e in r.experiences]
     ok = [e for e in experiences if not e.failed]
@@ -224,6 +281,7 @@ def _report_step(
         "tokens_per_second": tokens / seconds if seconds > 0 else 0.0,
         "seconds": seconds,
         **_failure_metrics(rollouts, lost_leases),
+        **taskset_metrics(rollouts, names),
     }
     record_rollout(metrics, len(experiences), ctx.step, ctx.model_version)
     ctx.report(gateway_pb2.EVENT_KIND_EXPLORE, step=ctx.step + 1, metrics=metrics)

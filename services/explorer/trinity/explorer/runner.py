@@ -20,7 +20,7 @@ from trinity.explorer.context import EngineFailure, ExplorerContext, engine_guar
 from trinity.explorer.engines import create_engine
 from trinity.explorer.engines.base import Engine
 from trinity.explorer.steering import Steering
-from trinity.models import resolve_model_path
+from trinity.models import BUILTIN_MODELS, resolve_model_path
 from trinity.runtime.errors import one_line
 from trinity.runtime.logging import get_logger
 from trinity.v1 import explorer_pb2, gateway_pb2
@@ -35,6 +35,7 @@ MODES: dict[RunMode, Mode] = {
     RunMode.BENCH: bench.run,
     RunMode.SERVE: serve.run,
 }
+ENGINE_LABELS = {"vllm": "vLLM"}  # engine names as the start-up phase says them ("starting vLLM")
 
 
 def build_engine(config: RunConfig, model_path: str) -> Engine:
@@ -136,8 +137,12 @@ class ExplorerRunner:
         mode = MODES.get(self.config.mode)
         if mode is None:
             raise ValueError(f"mode {self.config.mode!r} has no explorer part (explorer modes: {', '.join(MODES)})")
-        model_path = resolve_model_path(self.config.model.path)
-        with engine_guard(self.on_engine_failure):
+        model_path = self._model_dir()
+        name = self.config.explorer.engine
+        start = self.reporter.phase(
+            gateway_pb2.PHASE_ENGINE_START, step=0, model_version=0, detail=ENGINE_LABELS.get(name, name)
+        )
+        with engine_guard(self.on_engine_failure), start:
             engine = self.engine_factory(self.config, model_path)
         self.context = ExplorerContext(
             run_id=self.run_id,
@@ -155,6 +160,14 @@ class ExplorerRunner:
         )
         self.state = "running"
         return mode(self.context)
+
+    def _model_dir(self) -> str:
+        """The model directory; a built-in model is converted on its first use here (a start-up phase)."""
+        path = self.config.model.path
+        if path not in BUILTIN_MODELS:
+            return resolve_model_path(path)
+        with self.reporter.phase(gateway_pb2.PHASE_MODEL_CONVERT, step=0, model_version=0, detail=path):
+            return resolve_model_path(path)
 
     def _report_end(self, kind: gateway_pb2.EventKind, message: str) -> None:
         self.reporter.report(kind, step=self.step, model_version=self.model_version, message=message)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from dataclasses import dataclass
 
 import grpc
 import torch
@@ -16,12 +17,22 @@ import torch
 from trinity.clients.gateway import GatewayClient, sync_spec
 from trinity.runtime.agent import has_gpu
 from trinity.runtime.logging import get_logger
+from trinity.runtime.spans import now_ms
 from trinity.sync.placement import host_id, sync_gpus
 
 log = get_logger(__name__)
 
-Staged = tuple[int, list[tuple[str, torch.Tensor]]]
 IDLE_WAIT_S = 1.0
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A verified version waiting to be loaded."""
+
+    version: int
+    tensors: list[tuple[str, torch.Tensor]]
+    published_digest: int | None  # the trainer's digest of what it sent; None from a sender that sent none
+    received_ms: tuple[int, int] = (0, 0)  # unix ms: listening for it began (up to IDLE_WAIT_S early), it was in
 
 
 class WeightFeed:
@@ -67,6 +78,7 @@ class WeightFeed:
                 self.generation = group.generation
                 log.info("weights.group_joined", generation=group.generation, rank=group.rank)
                 while not self._stop.is_set():
+                    listening = now_ms()
                     try:
                         version, named = receiver.receive(idle_timeout_s=IDLE_WAIT_S)
                     except NoUpdateYet:
@@ -74,8 +86,9 @@ class WeightFeed:
                             continue
                         raise
                     tensors = list(named)
+                    staged = Staged(version, tensors, receiver.published_digest, received_ms=(listening, now_ms()))
                     with self._lock:
-                        self._staged = (version, tensors)
+                        self._staged = staged
             except SyncError as err:
                 log.warning("weights.sync_failed", error=str(err), generation=self.generation)
                 self._report_failure(str(err))

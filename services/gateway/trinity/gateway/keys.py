@@ -18,6 +18,11 @@ def event_id(run_id: str, event_id: str) -> str:
     return f"{PREFIX}:run:{{{run_id}}}:event:{event_id}"
 
 
+def spans(run_id: str) -> str:
+    """The run's timeline: a sorted set of Span bytes scored by step (the newest TIMELINE_SPANS kept)."""
+    return f"{PREFIX}:run:{{{run_id}}}:spans"
+
+
 def sync_group(run_id: str) -> str:
     return f"{PREFIX}:run:{{{run_id}}}:sync"
 

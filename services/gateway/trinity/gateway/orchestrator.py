@@ -28,6 +28,18 @@ def in_thread(fn: Callable[..., object], *args: object) -> None:
     threading.Thread(target=fn, args=args, daemon=True).start()
 
 
+def take_spans(event: gateway_pb2.RunEvent) -> list[gateway_pb2.Span]:
+    """The event's finished spans, for the run's timeline, each marked with the event's source and stage. The event
+    keeps its spans only when it is an EVENT_KIND_SPAN (a phase begun or ended, which watchers follow live): a step's
+    spans would otherwise double the event log's size."""
+    for span in event.spans:
+        span.source, span.stage = event.source, event.stage
+    finished = [span for span in event.spans if span.end_unix_ms]
+    if event.kind != gateway_pb2.EVENT_KIND_SPAN:
+        del event.spans[:]
+    return finished
+
+
 class Orchestrator:
     def __init__(
         self,
@@ -70,7 +82,7 @@ class Orchestrator:
         seq and whether the run is still active."""
         if self.ledger.runs.get(event.run_id).state in TERMINAL:
             return "", False
-        seq, new = self.ledger.runs.append_once(event)
+        seq, new = self.ledger.runs.append_once(event, take_spans(event))
         if not new:
             return seq, True
         with self.ledger.change(event.run_id) as run:

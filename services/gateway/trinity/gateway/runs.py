@@ -6,7 +6,7 @@ import asyncio
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import cast
 
 import redis
@@ -19,12 +19,18 @@ from trinity.runtime.events import decode_event, kind_name
 from trinity.v1 import gateway_pb2
 
 EVENT_ID_TTL_S = 24 * 3600  # far longer than any client retries a report
-# KEYS: the run's event stream, the event id's key; ARGV: the event, the id's TTL -> {seq, 1 if recorded now}
+# KEYS: the run's event stream, the event id's key, the run's timeline; ARGV: the event, the id's TTL, the spans the
+# timeline keeps, then (step, span) pairs to add to it -> {seq, 1 if recorded now}. One call: under `appendfsync
+# always` each write call waits for its own fsync.
 _APPEND_ONCE = """
 local seq = redis.call('GET', KEYS[2])
 if seq then return {seq, 0} end
 seq = redis.call('XADD', KEYS[1], '*', 'e', ARGV[1])
 redis.call('SET', KEYS[2], seq, 'EX', ARGV[2])
+if #ARGV > 3 then
+  for i = 4, #ARGV, 2 do redis.call('ZADD', KEYS[3], ARGV[i], ARGV[i + 1]) end
+  redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -tonumber(ARGV[3]) - 1)
+end
 return {seq, 1}
 """
 
@@ -33,6 +39,9 @@ TERMINAL = {gateway_pb2.RUN_STATE_SUCCEEDED, gateway_pb2.RUN_STATE_FAILED, gatew
 # an event said the run is over: they end after that much quiet.
 WATCH_IDLE_MS, WATCH_TAIL_MS = 5_000, 500
 FEED_EVENTS = 1000  # the newest events of a watched run kept in memory for its watchers
+# Spans of a run's timeline kept in Redis: the newest by step (a step of one trainer and two explorers reports about
+# 25, so about the last 800 steps; older ones are dropped as new ones come).
+TIMELINE_SPANS = 20_000
 
 
 def now_ms() -> int:
@@ -97,9 +106,10 @@ class _Feed:
 class RunStore:
     """The client does not decode replies (they are bytes); the casts below say so to the type checker."""
 
-    def __init__(self, client: redis.Redis, waits: redis.asyncio.Redis) -> None:
+    def __init__(self, client: redis.Redis, waits: redis.asyncio.Redis, timeline_spans: int = TIMELINE_SPANS) -> None:
         self.client = client
         self.waits = waits  # for watchers, on the server's loop
+        self.timeline_spans = timeline_spans
         self._feeds: dict[str, _Feed] = {}  # run id -> the feed its watchers share (touched on the loop only)
         self._append_once = client.register_script(_APPEND_ONCE)
 
@@ -125,18 +135,21 @@ class RunStore:
         raws = cast("list[bytes | None]", self.client.mget([keys.run(i) for i in ids])) if ids else []
         return [gateway_pb2.Run.FromString(r) for r in raws if r is not None]
 
-    def append_once(self, event: gateway_pb2.RunEvent) -> tuple[str, bool]:
-        """Record a reported event unless its `event_id` was recorded already (the reporter retried after
-        a lost reply); returns its seq and whether it is new."""
+    def append_once(self, event: gateway_pb2.RunEvent, timeline: Sequence[gateway_pb2.Span] = ()) -> tuple[str, bool]:
+        """Record a reported event, and add `timeline` (the spans it carried) to the run's, unless its `event_id`
+        was recorded already (the reporter retried after a lost reply); returns its seq and whether it is new."""
         if not event.event_id:
-            return self.append_event(event), True
+            seq = self.append_event(event)
+            self.add_spans(event.run_id, list(timeline))
+            return seq, True
         event.unix_ms = event.unix_ms or now_ms()
+        spans = [x for span in timeline for x in (span.step, span.SerializeToString(deterministic=True))]
         # One script, so that a gateway dying between the append and the id's record cannot record it twice.
         seq, new = cast(
             "list",
             self._append_once(
-                keys=[keys.events(event.run_id), keys.event_id(event.run_id, event.event_id)],
-                args=[event.SerializeToString(), EVENT_ID_TTL_S],
+                keys=[keys.events(event.run_id), keys.event_id(event.run_id, event.event_id), keys.spans(event.run_id)],
+                args=[event.SerializeToString(), EVENT_ID_TTL_S, self.timeline_spans, *spans],
             ),
         )
         if new:
@@ -149,18 +162,36 @@ class RunStore:
         EVENTS.labels(kind_name(event.kind)).inc()
         return seq.decode()
 
+    def add_spans(self, run_id: str, spans: list[gateway_pb2.Span]) -> None:
+        """Add finished spans to the run's timeline, keeping the newest `timeline_spans` by step. A span added twice
+        (a retried report) is kept once: the timeline is a set of the spans' bytes."""
+        if not spans:
+            return
+        key = keys.spans(run_id)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zadd(key, {span.SerializeToString(deterministic=True): span.step for span in spans})
+        pipe.zremrangebyrank(key, 0, -self.timeline_spans - 1)
+        pipe.execute()
+
+    def spans(self, run_id: str, since_step: int = 0) -> list[gateway_pb2.Span]:
+        """The run's timeline from step `since_step` on, in order of start (NotFound for an unknown run)."""
+        self.get(run_id)
+        raws = cast("list[bytes]", self.client.zrangebyscore(keys.spans(run_id), since_step, "+inf"))
+        spans = [gateway_pb2.Span.FromString(raw) for raw in raws]
+        return sorted(spans, key=lambda s: (s.start_unix_ms, s.end_unix_ms, s.source))
+
     async def watch(self, run_id: str, after: str = "0") -> AsyncIterator[gateway_pb2.RunEvent]:
         """Every event after `after`, as they come, until the run is over (NotFound for an unknown run).
 
         On the server's loop, holding no thread however long the run. Watchers of one run share one reader
         (`_Feed`): a new event costs Redis one read, however many watch.
         """
-        await self._state(run_id)
+        ended = await self._state(run_id) in TERMINAL
         newest = await self._newest(run_id)
         feed = self._feeds.get(run_id)
         if feed is None:  # (no await since the look-up: no second feed for the run)
             feed = self._feeds[run_id] = _Feed(start=newest)
-            feed.reader = asyncio.create_task(self._follow(run_id, feed))
+            feed.reader = asyncio.create_task(self._follow(run_id, feed, ended=ended))
         feed.watchers += 1
         try:
             while True:
@@ -182,10 +213,11 @@ class RunStore:
                 self._drop(run_id, feed)
                 feed.reader.cancel()
 
-    async def _follow(self, run_id: str, feed: _Feed) -> None:
-        """Read the run's events into `feed` until the run is over, or Redis fails."""
+    async def _follow(self, run_id: str, feed: _Feed, *, ended: bool = False) -> None:
+        """Read the run's events into `feed` until the run is over, or Redis fails. A run `ended` already when the
+        feed starts (its history watched) is looked at again after the short wait, not the idle one."""
         try:
-            hinted = False  # an event said the run is over: wait briefly for stragglers, then look
+            hinted = ended  # an event said the run is over: wait briefly for stragglers, then look
             while not feed.over:
                 events = await self._events(run_id, feed.last, block_ms=WATCH_TAIL_MS if hinted else WATCH_IDLE_MS)
                 hinted = hinted or any(event.state in TERMINAL for event in events)

@@ -44,6 +44,9 @@ def _check_event(event: gateway_pb2.RunEvent) -> None:
     at_most(event.metrics, "event.metrics")
     for name in event.metrics:
         bounded(name, "event.metrics")
+    at_most(event.spans, "event.spans")
+    for span in event.spans:
+        bounded(span.detail, "event.spans.detail")
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
@@ -108,6 +111,11 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         _check_event(event)
         seq, active = self.orchestrator.report(event)
         return gateway_pb2.ReportEventResponse(seq=seq, run_active=active)
+
+    @grpc_errors
+    def GetRunSpans(self, request: gateway_pb2.GetRunSpansRequest, context: grpc.ServicerContext) -> Any:
+        spans = self.runs.spans(require(request.run_id, "run_id"), max(0, request.since_step))
+        return gateway_pb2.GetRunSpansResponse(spans=spans)
 
     @grpc_errors
     def SteerRun(self, request: gateway_pb2.SteerRunRequest, context: grpc.ServicerContext) -> Any:

@@ -8,7 +8,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from trinity.clients import BufferClient
-from trinity.config import RunConfig, naming
+from trinity.config import MixtureConfig, MixtureMember, RunConfig, naming
 from trinity.config.modes import EXPLORER_MODES, TRAINER_MODES, RunMode
 from trinity.config.preset_operators import applied_by_preset, stream_operators
 from trinity.gateway.ledger import ROLE_EXPLORER, ROLE_TRAINER, RUNNING, RunLedger, all_finished, unfinished
@@ -113,11 +113,18 @@ class Stages:
             if added:
                 names = ", ".join(op.name for op in added)
                 self.ledger.note(run_id, f"{config.algorithm.algorithm_type} applies data operators: {names}")
-            for section in filter(None, [config.buffer.taskset, *config.buffer.eval_tasksets]):
+            train = config.buffer.train_tasksets
+            for i, section in enumerate((*train, *config.buffer.eval_tasksets)):
                 update: dict[str, object] = {"name": naming.taskset(run_id, stage, section.name)}
-                if section is not config.buffer.taskset:  # evaluation walks the whole set in order, every time
+                if i >= len(train):  # evaluation walks the whole set in order, every time
                     update |= {"epochs": EVAL_EPOCHS, "selector": "sequential"}
                 buffer.create_taskset(section.model_copy(update=update), replace=False)
+            if len(train) > 1:  # one set is leased from directly: a mixture of one
+                members = tuple(
+                    MixtureMember(taskset=naming.taskset(run_id, stage, s.name), weight=s.weight) for s in train
+                )
+                mixing = config.buffer.mixing
+                buffer.create_mixture(MixtureConfig(name=naming.mixture(run_id, stage), members=members, mixing=mixing))
             offline = config.buffer.offline_data
             if offline is not None and config.mode == RunMode.TRAIN:
                 kind = (

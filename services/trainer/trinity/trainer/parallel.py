@@ -150,13 +150,17 @@ def sum_across(tensor: torch.Tensor, ranks: Ranks) -> torch.Tensor:
 
 
 def merge_weighted(sums: dict[str, float], weights: dict[str, float], ranks: Ranks) -> dict[str, float]:
-    """Weighted means of the ranks' metrics, as one process over the whole batch would report them."""
+    """Weighted means of the ranks' metrics, as one process over the whole batch would report them; a metric
+    named `..._max` holds a maximum (weight 1) and is the largest of the ranks'."""
     if ranks.sharded:
         gathered: list[Any] = [None] * ranks.world
         dist.all_gather_object(gathered, (sums, weights))
         sums, weights = {}, {}
         for s, w in gathered:
             for k, v in s.items():
+                if k.endswith("_max"):
+                    sums[k], weights[k] = max(sums.get(k, v), v), 1.0
+                    continue
                 sums[k] = sums.get(k, 0.0) + v
                 weights[k] = weights.get(k, 0.0) + w[k]
     return {k: sums[k] / weights[k] for k in sums if weights[k] > 0}

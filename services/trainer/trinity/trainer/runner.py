@@ -24,14 +24,17 @@ from trinity.clients import BufferClient, GatewayClient
 from trinity.clients.gateway import RunReporter
 from trinity.config import RunConfig, naming
 from trinity.config.modes import ONLINE_MODES
-from trinity.models import resolve_model_path
+from trinity.models import BUILTIN_MODELS, resolve_model_path
 from trinity.runtime.errors import one_line
 from trinity.runtime.logging import get_logger
 from trinity.runtime.run_host import ReportingRunner
+from trinity.runtime.spans import now_ms
 from trinity.trainer.backend import TrainerBackend
+from trinity.trainer.consistency import breaches
 from trinity.trainer.expert_data import ExpertStream, uses_expert_data
 from trinity.trainer.metrics import record_step
 from trinity.trainer.ranks import ReplicatedBackend, build_run_backend
+from trinity.trainer.timeline import record_train_step
 from trinity.trainer.weight_publisher import FormingStopped, WeightPublisher
 from trinity.v1 import common_pb2, explorer_pb2, gateway_pb2
 
@@ -48,6 +51,10 @@ def with_model_dir(config: RunConfig) -> RunConfig:
     return config.model_copy(
         update={"model": config.model.model_copy(update={"path": resolve_model_path(config.model.path)})}
     )
+
+
+class ConsistencyStop(RuntimeError):
+    """A step's consistency probe passed a limit of `monitor.consistency` whose action is `stop`."""
 
 
 class TrainerRunner(ReportingRunner):
@@ -82,6 +89,7 @@ class TrainerRunner(ReportingRunner):
         self.expert: ExpertStream | None = None
         self._steer_lock = threading.Lock()
         self._next_lr: float | None = None  # a steered learning rate, applied before the next train step
+        self._breached: set[str] = set()  # consistency limits past which the last step was (warned once)
         self._thread = threading.Thread(target=self._main, name=f"trainer-{run_id}", daemon=True)
         self.stage_dir = run_dir(config, run_id) / f"stage{stage}"
         self.stream = naming.experience_stream(run_id, stage, config.buffer.experience_stream.name)
@@ -162,8 +170,10 @@ class TrainerRunner(ReportingRunner):
         if threads:
             torch.set_num_threads(threads)
         checkpoints = self.stage_dir / "checkpoints"
-        backend = self.backend = build_run_backend(with_model_dir(cfg), checkpoints, run_id=self.run_id)
-        self._resume(backend)
+        model_config = self._with_model_dir()
+        with self.reporter.phase(gateway_pb2.PHASE_MODEL_LOAD, step=0, model_version=0, detail=cfg.trainer.backend):
+            backend = self.backend = build_run_backend(model_config, checkpoints, run_id=self.run_id)
+            self._resume(backend)
         # The same instance id restarted: what this consumer held when it died is ours to train again.
         self.buffer.nack(self.stream, self.instance_id, all_pending=True)
         if uses_expert_data(cfg):
@@ -186,16 +196,22 @@ class TrainerRunner(ReportingRunner):
                 stop=self._stop,
                 dtype=getattr(torch, cfg.engine_dtype),
             )
-            self.publisher.open()
+            workers = f"{cfg.explorer.num_workers} explorer worker" + ("s" if cfg.explorer.num_workers > 1 else "")
+            with self.reporter.phase(gateway_pb2.PHASE_SYNC_FORM, step=0, model_version=0, detail=workers):
+                self.publisher.open()
         total = cfg.buffer.total_steps
+        spans = self.reporter.spans
         while self.step < total and not self._stop.is_set():
+            reading = now_ms()
             batch = self._read_batch(backend)
             if batch is None:
                 break
+            step, version = self.step + 1, self.model_version  # the step this batch makes, the weights it trains
+            spans.add(gateway_pb2.PHASE_READ_BATCH, step=step, model_version=version, start_ms=reading)
             entry_ids, experiences, dropped_stale = batch
             experts = sum(e.kind == common_pb2.EXPERIENCE_KIND_SFT for e in experiences)
             self._apply_steering(backend)
-            started = time.perf_counter()
+            started, training = time.perf_counter(), now_ms()
             metrics = backend.train_step(experiences)
             if metrics.get("skipped"):
                 # Nothing new (all already trained, e.g. redelivered after a crash): they are in the
@@ -203,18 +219,46 @@ class TrainerRunner(ReportingRunner):
                 self._ack(entry_ids)
                 continue
             metrics["seconds"] = time.perf_counter() - started
+            record_train_step(spans, training, now_ms(), metrics, step=step, model_version=version)
             metrics["dropped_stale"] = float(dropped_stale)
             if self.expert is not None:
                 metrics["expert_samples"] = float(experts)
             self._commit(backend, entry_ids)
             if self.publisher is not None and self.step % cfg.synchronizer.sync_interval == 0:
-                metrics.update(self.publisher.publish(self.model_version, backend.named_weights))
+                with spans.timed(gateway_pb2.PHASE_PUBLISH_WEIGHTS, step=step, model_version=self.model_version):
+                    metrics.update(self.publisher.publish(self.model_version, backend.named_weights))
             record_step(metrics)
             self._report(gateway_pb2.EVENT_KIND_TRAIN, step=self.step, metrics=metrics)
-        self._commit(backend, {}, checkpoint=True)  # the final state is a checkpoint too: resume continues from it
+            self._check_consistency(metrics)
+        with spans.timed(gateway_pb2.PHASE_CHECKPOINT, step=self.step, model_version=self.model_version):
+            self._commit(backend, {}, checkpoint=True)  # the final state is a checkpoint too: resume continues from it
         if self._leaving:
             return None
-        return backend.save_hf(self.stage_dir / "final")
+        with spans.timed(gateway_pb2.PHASE_EXPORT, step=self.step, model_version=self.model_version):
+            return backend.save_hf(self.stage_dir / "final")
+
+    def _with_model_dir(self) -> RunConfig:
+        """The run config with its model directory; a built-in model is converted on its first use here."""
+        path = self.config.model.path
+        if path not in BUILTIN_MODELS:
+            return with_model_dir(self.config)
+        with self.reporter.phase(gateway_pb2.PHASE_MODEL_CONVERT, step=0, model_version=0, detail=path):
+            return with_model_dir(self.config)
+
+    def _check_consistency(self, metrics: dict[str, float]) -> None:
+        """Hold the step's probe against `monitor.consistency`: past a limit, a warning event (once, until the metric
+        is back within it) or, with `action: stop`, the failure of the run, naming the metric and the limit."""
+        limits = self.config.monitor.consistency
+        problems = {line.partition(" ")[0]: line for line in breaches(metrics, limits)}
+        new = [line for metric, line in problems.items() if metric not in self._breached]
+        self._breached = set(problems)
+        if not new:
+            return
+        line = f"train step {self.step}: " + "; ".join(new)
+        if limits.action == "stop":
+            raise ConsistencyStop(f"{line} (monitor.consistency.action: stop)")
+        log.warning("trainer.consistency_warning", run_id=self.run_id, step=self.step, problems=new)
+        self._report(gateway_pb2.EVENT_KIND_WARNING, message=f"{line} (warned once until it is back within the limit)")
 
     def _resume(self, backend: TrainerBackend) -> None:
         from trinity.trainer import checkpoint as ckpt

@@ -37,7 +37,9 @@ from trinity.trainer.batch import (
     to_samples,
 )
 from trinity.trainer.checkpoint import TrainState
+from trinity.trainer.consistency import VERSION_LAG_MAX, ProbeSums
 from trinity.trainer.kl_control import KLCoefficient
+from trinity.trainer.timeline import FORWARD_BACKWARD_KEY, OPTIMIZER_KEY, PREPARE_KEY
 from trinity.v1 import common_pb2
 
 ForwardModel = Literal["policy", "reference", "critic", "teacher"]
@@ -99,6 +101,9 @@ class PreparedBatch:
     returns: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
     metrics: dict[str, float] = field(default_factory=dict)
+    sampler: torch.Tensor | None = None  # the sampler's log-probs (rows without them zero), for the probe
+    probe_rows: set[int] = field(default_factory=set)  # rows the consistency probe reads in the first update
+    band: tuple[float, float] = (0.8, 1.25)  # the probe's ratio band
 
     def rows_of(self, samples: list[int]) -> list[int]:
         return [r for i in samples for r in self.row_index[i]]
@@ -114,6 +119,9 @@ def train_step(b: StepBackend, experiences: Sequence[common_pb2.Experience]) -> 
     samples = to_samples(kept, b.tokenizer, max_seq_len=b.max_seq_len)
     staleness = [state.step - s.model_version for s in samples]
     metrics.update({"staleness/mean": sum(staleness) / len(staleness), "staleness/max": float(max(staleness))})
+    sampled = [s.model_version for s in samples if not s.expert]
+    if sampled:  # the weights the rollouts came from against the trainer's, before this step's update
+        metrics[VERSION_LAG_MAX] = float(state.model_version - min(sampled))
     metrics["kl_coef"] = b.kl.value
     alg = b.kl.apply(b.algorithm)
     updates = plan_updates(len(samples), trainer.mini_batch_size, trainer.ppo_epochs, b.generator)
@@ -123,11 +131,18 @@ def train_step(b: StepBackend, experiences: Sequence[common_pb2.Experience]) -> 
     weights: dict[str, float] = {}
     norms = []
     lr = b.current_lr()
+    clock = [_settled()]  # the step's timeline: prepared, then after each backward and each optimizer step
     for mini in updates:
         loss = partial(micro_loss, batch, alg, mini=mini, step=state.step, sums=sums, weights=weights)
         b.backward(samples, mini, loss, entropy_mode(alg))
+        batch.probe_rows.clear()  # later updates run on updated weights
+        clock.append(_settled())
         norms.append(b.clip_and_step())
+        clock.append(_settled())
     metrics.update(b.merge_metrics(sums, weights))
+    metrics[PREPARE_KEY] = clock[0] - start
+    metrics[FORWARD_BACKWARD_KEY] = sum(clock[i + 1] - clock[i] for i in range(0, len(clock) - 1, 2))
+    metrics[OPTIMIZER_KEY] = sum(clock[i + 1] - clock[i] for i in range(1, len(clock) - 1, 2))
     metrics.update({"grad_norm": sum(norms) / len(norms), "lr": lr, "updates": float(len(norms))})
     b.kl.update(metrics, len(samples))
     state.step += 1
@@ -149,6 +164,14 @@ def train_step(b: StepBackend, experiences: Sequence[common_pb2.Experience]) -> 
         }
     )
     return metrics
+
+
+def _settled() -> float:
+    """The time once the device has run what was queued (so that each part of the step is timed with its own
+    kernels; the optimizer step waits for them anyway)."""
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+    return time.perf_counter()
 
 
 def entropy_mode(alg: AlgorithmParts) -> bool | str:
@@ -198,6 +221,7 @@ def prepare(b: StepBackend, alg: AlgorithmParts, samples: list[Sample], updates:
     else:
         batch.own_old = set(first_only) if source == "own" else set()
         batch.old = _policy_logprobs(b, rows, batch.own_old, full.mask.shape[1])
+    _plan_probe(b, batch, full, source, updates)
     if alg.needs_critic:
         batch.values = b.forward_rows(rows, "critic")
     teacher: torch.Tensor | None = None
@@ -243,6 +267,23 @@ def prepare(b: StepBackend, alg: AlgorithmParts, samples: list[Sample], updates:
         if episodes is not None:
             batch.metrics["advantage/within_episode_std"] = _within_episode_std(batch.advantages, full.mask, episodes)
     return batch
+
+
+def _plan_probe(
+    b: StepBackend, batch: PreparedBatch, full: TokenBatch, source: OldLogprobSource, updates: list[list[int]]
+) -> None:
+    """The consistency probe compares the sampler's log-probs with the trainer's under the weights of before the
+    step's first update, without a pass of its own: from the old log-probs when the policy computed them for every
+    row (`"policy"`), else in the first update's micro-batches (`micro_loss`), whose forward runs on those weights."""
+    probed = [r for r, row in enumerate(batch.rows) if row.old_logprobs is not None and not bool(batch.expert[r])]
+    if not probed or full.old_logprobs is None:
+        return
+    batch.sampler, batch.band = full.old_logprobs, b.config.monitor.consistency.ratio_band
+    if source == "policy" and batch.old is not None:
+        sums = ProbeSums.of(batch.old[probed], batch.sampler[probed], batch.mask[probed], batch.band)
+        batch.metrics.update(sums.metrics())
+    elif updates:
+        batch.probe_rows = set(probed) & set(batch.rows_of(updates[0]))
 
 
 def _within_episode_std(advantages: torch.Tensor, mask: torch.Tensor, episodes: torch.Tensor) -> float:
@@ -305,6 +346,11 @@ def micro_loss(
         "step": step,
         "entropies": entropy,
     }
+    if batch.probe_rows and batch.sampler is not None:  # the first update's forward: the weights the step began with
+        probe = [i for i, r in enumerate(mb_rows) if r in batch.probe_rows]
+        if probe:
+            sampled = batch.sampler[[mb_rows[i] for i in probe], :width].to(device)
+            ProbeSums.of(logp[probe], sampled, mb.mask[probe], batch.band).add_to(sums, weights)
     loss, m = alg.policy_loss(**alg.policy_loss.given(available))
     metrics = {k: float(v) for k, v in m.items()}
     metrics["entropy"] = float(masked_mean(entropy.detach(), mb.mask))

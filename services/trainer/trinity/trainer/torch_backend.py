@@ -13,6 +13,7 @@ backend and makes the same calls; `parallel.py` says how a batch is split and th
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from functools import partial
@@ -54,6 +55,7 @@ from trinity.trainer.parallel import (
     sum_across,
 )
 from trinity.trainer.step import ForwardModel, MicroLoss, entropy_mode, micro_loss, prepare, train_step
+from trinity.trainer.timeline import CHECKPOINT_KEY
 from trinity.trainer.weights import block_index, named_weights, save_hf
 from trinity.v1 import common_pb2
 
@@ -267,7 +269,9 @@ class TorchBackend:
         metrics = train_step(self, experiences)
         interval = self.trainer.save_interval
         if "skipped" not in metrics and interval and self.step % interval == 0:
+            started = time.perf_counter()
             self.save_checkpoint()
+            metrics[CHECKPOINT_KEY] = time.perf_counter() - started
         return metrics
 
     def backward(self, samples: list[Sample], mini: list[int], loss: MicroLoss, with_entropy: bool | str) -> None:

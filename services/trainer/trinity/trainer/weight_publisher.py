@@ -15,7 +15,6 @@ import torch
 
 from trinity.clients.gateway import GatewayClient, sync_spec
 from trinity.config import SynchronizerConfig
-from trinity.models.digest import WeightsDigest
 from trinity.runtime.agent import has_gpu
 from trinity.runtime.logging import get_logger
 from trinity.sync.placement import host_id, sync_gpus
@@ -143,18 +142,18 @@ class WeightPublisher:
         """Push `version` to every explorer; re-form the group and retry when a member fails.
 
         Each attempt iterates `named_tensors()` once, bucket by bucket (from a sharded trainer every tensor
-        is a fresh gather), casts each to the explorers' dtype, and digests what is sent in the same pass.
+        is a fresh gather), casts each to the explorers' dtype; the sender digests what it sends in the same pass
+        and sends the digest with the version, for the explorers to compare with what they load.
         """
         from trinity.sync import SyncError, narrowed_to
 
         for attempt in range(1, self.max_attempts + 1):
             sender = self._sender or self.open()
             started = time.perf_counter()
-            digest = WeightsDigest()
             try:
                 self.gateway.announce_weights(self.run_id, self.generation, version)
                 weights = named_tensors() if self.dtype is None else narrowed_to(named_tensors(), self.dtype)
-                report = sender.publish(version, digest.observe(weights))
+                report = sender.publish(version, weights)
             except SyncError as err:
                 log.warning("weights.publish_failed", version=version, attempt=attempt, error=str(err))
                 self.gateway.report_sync_failure(self.run_id, self.generation, self.instance_id, str(err))
@@ -165,7 +164,7 @@ class WeightPublisher:
             if not report.accepted_by_all:
                 raise SyncError(f"version {version} refused: {report.refused}")
             return {
-                "weights_digest": float(digest.value),
+                "weights_digest": float(report.digest or 0),
                 "sync_seconds": time.perf_counter() - started,
                 "sync_bytes": float(report.bytes),
                 "sync_generation": float(self.generation),

@@ -16,7 +16,8 @@ import redis
 from google.protobuf import struct_pb2
 
 from trinity.buffer.keys import TASKSETS, TaskSetKeys
-from trinity.buffer.rows import Row, lookup
+from trinity.buffer.rows import Row
+from trinity.buffer.tasksets.mapping import RowMapping, check_rows
 from trinity.buffer.tasksets.selectors import SELECTORS, pick_by_difficulty
 from trinity.config import TaskSetConfig
 from trinity.runtime.errors import InvalidArgument
@@ -67,7 +68,8 @@ class TaskSet:
 
     def __init__(self, client: redis.Redis, config: TaskSetConfig, rows: Sequence[Row]) -> None:
         if not rows:
-            raise InvalidArgument("path", f"task set {config.name!r} has no rows")
+            passing = " that pass its filters" if config.filters else ""
+            raise InvalidArgument("path", f"task set {config.name!r} has no rows{passing}")
         self.client = client
         self.config = config
         self.rows = rows
@@ -75,7 +77,8 @@ class TaskSet:
         self._lease = client.register_script(_LEASE)
         self._renew = client.register_script(_RENEW)
         self._assign_key = self.keys.spec.removesuffix(":spec") + ":assign"
-        self._validate_keys()
+        self.mapping = RowMapping(config)
+        check_rows(rows, self.mapping)
 
     @property
     def size(self) -> int:
@@ -84,14 +87,6 @@ class TaskSet:
     @property
     def total(self) -> int:
         return self.size * self.config.epochs
-
-    def _validate_keys(self) -> None:
-        missing = [i for i, row in enumerate(self.rows[:100]) if lookup(row, self.config.prompt_key) is None]
-        if missing:
-            keys = ", ".join(sorted(self.rows[missing[0]].keys()))
-            raise InvalidArgument(
-                "prompt_key", f"{self.config.prompt_key!r} missing in row {missing[0]}; the row has: {keys}"
-            )
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
@@ -165,24 +160,22 @@ class TaskSet:
 
     def _task(self, position: int, index: int, deadline_ms: int) -> common_pb2.Task:
         row = self.rows[index]
-        prompt = lookup(row, self.config.prompt_key)
-        answer = lookup(row, self.config.answer_key)
+        fields = self.mapping.fields(row, index)
         task = common_pb2.Task(
             id=f"{self.config.name}/{index}",
             taskset=self.config.name,
             index=index,
             epoch=position // self.size,
-            answer="" if answer is None else _as_text(answer),
-            reward_fn=self.config.reward_fn,
+            prompt=fields.prompt,
+            answer=fields.answer,
+            workflow=fields.workflow,
+            reward_fn=fields.reward_fn,
             lease_deadline_ms=deadline_ms,
             lease_id=str(position),
             pass_rate=self.pass_rates([index]).get(index, -1.0),
         )
-        if isinstance(prompt, list):
-            for message in prompt:
-                task.messages.add(role=str(message.get("role", "user")), content=_as_text(message.get("content", "")))
-        else:
-            task.prompt = _as_text(prompt)
+        for role, content in fields.messages:
+            task.messages.add(role=role, content=content)
         payload = struct_pb2.Struct()
         payload.update(json.loads(json.dumps(row, default=str)))
         task.payload.CopyFrom(payload)
@@ -251,6 +244,14 @@ class TaskSet:
         cursor = int(self.client.get(self.keys.cursor) or 0)
         return cursor >= self.total and self.client.zcard(self.keys.leases) == 0
 
+    def can_hand_out(self) -> bool:
+        """Whether a lease now would get a task: a position not yet handed out, or a lease that expired."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.get(self.keys.cursor)
+        pipe.zcount(self.keys.leases, "-inf", int(time.time() * 1000))
+        cursor, expired = pipe.execute()
+        return int(cursor or 0) < self.total or int(expired) > 0
+
     def info(self) -> buffer_pb2.TaskSetInfo:
         cursor = int(self.client.get(self.keys.cursor) or 0)
         leased = int(self.client.zcard(self.keys.leases))
@@ -264,10 +265,6 @@ class TaskSet:
             epoch=min(cursor // self.size, self.config.epochs - 1) if self.size else 0,
             exhausted=cursor >= self.total and leased == 0,
         )
-
-
-def _as_text(value: object) -> str:
-    return value if isinstance(value, str) else json.dumps(value)
 
 
 def _index_of(task_id: str, taskset: str) -> int | None:

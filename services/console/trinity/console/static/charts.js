@@ -1,16 +1,23 @@
 // The run view's live curves (uPlot): each chart plots metrics of one or two event kinds against the step
 // (held-out accuracy against the weight version). Metric names are what the trainer and explorer report
-// (`ctx.report("explore", ...)`, `self._report("train", ...)`); the first name present is used.
+// (`ctx.report("explore", ...)`, `self._report("train", ...)`); the first name present is used. A chart with
+// `each` also draws one series per task set, from the metrics named `<prefix><task set>`, once two sets report.
 import uPlot from "./vendor/uplot.js";
 import { fmt, h } from "./dom.js";
 
 export const CHARTS = [
-  { id: "reward", title: "Rollout reward", series: [{ kind: "explore", keys: ["reward_mean"], label: "reward mean" }] },
+  {
+    id: "reward",
+    title: "Rollout reward",
+    series: [{ kind: "explore", keys: ["reward_mean"], label: "reward mean" }],
+    each: { kind: "explore", prefix: "reward_mean/" },
+  },
   {
     id: "accuracy",
     title: "Held-out accuracy",
     x: "model_version",
     series: [{ kind: "eval", keys: ["accuracy"], label: "accuracy" }],
+    each: { kind: "eval", prefix: "accuracy/" },
   },
   { id: "loss", title: "Loss", series: [{ kind: "train", keys: ["loss/total", "loss"], label: "loss" }] },
   { id: "kl", title: "KL", series: [{ kind: "train", keys: ["kl"], label: "KL" }] },
@@ -39,6 +46,15 @@ export const CHARTS = [
       { kind: "train", keys: ["staleness/max"], label: "max" },
     ],
   },
+  {
+    id: "consistency",
+    title: "Train vs rollout log-probs",
+    series: [
+      { kind: "train", keys: ["consistency/logprob_diff_mean"], label: "mean |Δ|" },
+      { kind: "train", keys: ["consistency/k3_kl"], label: "k3 KL" },
+      { kind: "train", keys: ["consistency/ratio_outside_share"], label: "ratio outside" },
+    ],
+  },
 ];
 
 // A flat series (all rewards 0 at first) or a single point gets a unit band around it, not uPlot's 0..100.
@@ -52,7 +68,7 @@ function tick(value) {
   return String(+value.toPrecision(3));
 }
 
-const COLORS = ["#2563eb", "#db2777", "#059669"];
+const COLORS = ["#2563eb", "#db2777", "#059669", "#d97706", "#7c3aed", "#0891b2", "#65a30d", "#dc2626"];
 const HEIGHT = 180;
 
 /** One chart: its points by series, drawn by uPlot; `data-points` on the figure says how many it holds. */
@@ -60,6 +76,8 @@ class Chart {
   constructor(spec) {
     this.spec = spec;
     this.points = spec.series.map(() => new Map()); // x -> y, per series
+    this.sets = new Map(); // task set -> (x -> y), the `each` series
+    this.shown = 0; // series in the plot as built
     this.latest = h("span", { class: "latest" }, "no points yet");
     this.canvas = h("div", { class: "plot" });
     this.figure = h(
@@ -71,13 +89,22 @@ class Chart {
     this.plot = null;
   }
 
+  /** The series to draw: the spec's, then one per task set once there are two (one would repeat the overall). */
+  drawn() {
+    const fixed = this.spec.series.map((s, i) => ({ label: s.label, points: this.points[i] }));
+    const sets = this.sets.size > 1 ? [...this.sets.keys()].sort() : [];
+    return [...fixed, ...sets.map((name) => ({ label: name, points: this.sets.get(name) }))];
+  }
+
   attach() {
     const width = Math.max(200, this.canvas.clientWidth || 300);
+    const drawn = this.drawn();
+    this.shown = drawn.length;
     this.plot = new uPlot(
       {
         width,
         height: HEIGHT,
-        legend: { show: this.spec.series.length > 1, live: false },
+        legend: { show: drawn.length > 1, live: false },
         scales: { x: { time: false, range: spread }, y: { range: spread } },
         axes: [
           { label: this.spec.x === "model_version" ? "version" : "step" },
@@ -85,7 +112,7 @@ class Chart {
         ],
         series: [
           { label: this.spec.x === "model_version" ? "version" : "step" },
-          ...this.spec.series.map((s, i) => ({ label: s.label, stroke: COLORS[i], width: 2, spanGaps: true })),
+          ...drawn.map((s, i) => ({ label: s.label, stroke: COLORS[i % COLORS.length], width: 2, spanGaps: true })),
         ],
       },
       this.data(),
@@ -108,18 +135,35 @@ class Chart {
       this.latest.textContent = `${series.label} ${fmt(event.metrics[key])}`;
       changed = true;
     });
+    const each = this.spec.each;
+    if (each?.kind === event.kind) {
+      for (const [key, value] of Object.entries(event.metrics || {})) {
+        if (!key.startsWith(each.prefix) || typeof value !== "number") continue;
+        const name = key.slice(each.prefix.length);
+        if (!this.sets.has(name)) this.sets.set(name, new Map());
+        this.sets.get(name).set(event[this.spec.x || "step"], value);
+        changed = true;
+      }
+    }
     return changed;
   }
 
   /** uPlot's aligned columns: the sorted xs, then each series' y at every x (null where it has none). */
   data() {
-    const xs = [...new Set(this.points.flatMap((p) => [...p.keys()]))].sort((a, b) => a - b);
-    return [xs, ...this.points.map((p) => xs.map((x) => (p.has(x) ? p.get(x) : null)))];
+    const drawn = this.drawn().map((s) => s.points);
+    const xs = [...new Set(drawn.flatMap((p) => [...p.keys()]))].sort((a, b) => a - b);
+    return [xs, ...drawn.map((p) => xs.map((x) => (p.has(x) ? p.get(x) : null)))];
   }
 
   redraw() {
-    this.figure.dataset.points = String(this.points.reduce((n, p) => n + p.size, 0));
-    this.plot?.setData(this.data());
+    const drawn = this.drawn();
+    this.figure.dataset.points = String(drawn.reduce((n, s) => n + s.points.size, 0));
+    if (this.plot && drawn.length !== this.shown) {
+      this.plot.destroy(); // a new task set's series: uPlot's series are fixed when it is built
+      this.attach();
+    } else {
+      this.plot?.setData(this.data());
+    }
   }
 }
 

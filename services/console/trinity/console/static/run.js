@@ -6,12 +6,15 @@ import { debounce, fill, h } from "./dom.js";
 import { EvalCompare } from "./evals.js";
 import { AccountingPanel, EventLog, pairs, ServicesPanel } from "./panels.js";
 import { SteerPanel } from "./steer.js";
+import { Timeline } from "./timeline.js";
 import { chartUpdated, viewReady } from "./timings.js";
 
 const REFRESH_MS = 2000;
 const EVALS_DELAY_MS = 500;
+const TIMELINE_DELAY_MS = 1000;
 const TERMINAL = new Set(["SUCCEEDED", "FAILED", "CANCELLED"]);
 const STEPS = { train: "train_step", explore: "explore_step" };
+const SPAN_CARRIERS = new Set(["train", "explore", "span", "weights", "finished"]);
 
 export async function mountRun(main, runId) {
   const path = `api/runs/${encodeURIComponent(runId)}`;
@@ -25,6 +28,9 @@ export async function mountRun(main, runId) {
   const log = new EventLog();
   const evals = new EvalCompare(runId);
   const refreshEvals = debounce(() => evals.refresh().catch(() => {}), EVALS_DELAY_MS); // once per burst
+  const timeline = new Timeline(runId);
+  const newestStep = () => Math.max(current.train_step, current.explore_step);
+  const refreshTimeline = debounce(() => timeline.refresh(newestStep()).catch(() => {}), TIMELINE_DELAY_MS);
 
   fill(
     main,
@@ -37,6 +43,7 @@ export async function mountRun(main, runId) {
       h("h2", { id: "curves-title" }, "Curves"),
       charts.element,
     ),
+    timeline.element,
     h("div", { class: "two-up" }, steer.element, h("div", {}, services.element, accounting.element)),
     log.element,
     evals.element,
@@ -81,6 +88,7 @@ export async function mountRun(main, runId) {
     if (event.kind === "state") current.state = event.state;
     summaryLater();
     if (event.kind === "eval") refreshEvals();
+    if (SPAN_CARRIERS.has(event.kind)) refreshTimeline(); // a step's spans (or a phase's), once a burst is over
     charts.add(event, receivedAt);
     if (event.kind === "state" && TERMINAL.has(event.state)) stream.close(); // the stream ends with the run
   };
@@ -91,12 +99,14 @@ export async function mountRun(main, runId) {
   const refresh = async () => {
     const detail = await api(path);
     show(detail);
+    timeline.refresh(newestStep()).catch(() => {}); // the steps since, and a phase still running grows
     if (TERMINAL.has(detail.state)) {
       clearInterval(timer);
       stream.close();
     }
   };
   await evals.refresh();
+  await timeline.refresh(newestStep()).catch(() => {});
   timer = setInterval(() => refresh().catch(() => {}), REFRESH_MS);
   viewReady("run");
   return () => {

@@ -37,3 +37,5 @@ def parse_composite(spec: str) -> RewardFn:
 
 # The R1-style default for math with a format bonus.
 REWARDS.register("math_format")(composite_reward({"math": 0.9, "format": 0.1}))
+# math-verify's check of the final answer, with a bonus for stating one (`\boxed{}` or `#### x`).
+REWARDS.register("math_verify_format")(composite_reward({"math_verify": 0.9, "final_answer": 0.1}))

@@ -12,6 +12,7 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 
 from trinity.explorer.engines.base import Engine, SamplingSettings
@@ -19,6 +20,7 @@ from trinity.explorer.rewards import RewardFn, RewardOutcome, evaluate_reward, g
 from trinity.explorer.rewards.judge import GroupReward
 from trinity.explorer.rewards.judge_client import JudgeSettings
 from trinity.registry import Registry
+from trinity.runtime.spans import Envelope
 from trinity.v1 import common_pb2
 
 
@@ -32,6 +34,7 @@ class RolloutSettings:
     run_id: str = ""
     judge: JudgeSettings | None = None  # for the judge rewards (`explorer.judge`)
     greedy_baseline: bool = False  # ReMax: one greedy sample per task, its reward on every row as `reward_baseline`
+    reward_clock: Envelope | None = None  # times the step's reward calls (`reward_timer`): the timeline's reward span
 
 
 class Workflow(ABC):
@@ -110,6 +113,11 @@ def new_experience(
     return exp
 
 
+def reward_timer(settings: RolloutSettings) -> AbstractContextManager[None]:
+    """`with reward_timer(settings):` around a workflow's reward calls, so that the step's timeline shows them."""
+    return settings.reward_clock.timed() if settings.reward_clock is not None else nullcontext()
+
+
 def score(
     exp: common_pb2.Experience, fn: RewardFn, response_text: str, task: common_pb2.Task, timeout_s: float
 ) -> None:
@@ -126,10 +134,12 @@ def score_group(
 ) -> None:
     """Score every response to `task`: together when the reward judges a group, else one by one."""
     if not isinstance(fn, GroupReward):
-        for exp, text in zip(experiences, response_texts, strict=True):
-            score(exp, fn, text, task, settings.reward_timeout_s)
+        with reward_timer(settings):
+            for exp, text in zip(experiences, response_texts, strict=True):
+                score(exp, fn, text, task, settings.reward_timeout_s)
         return
-    outcomes = fn.score_group(response_texts, task, settings.judge)
+    with reward_timer(settings):
+        outcomes = fn.score_group(response_texts, task, settings.judge)
     for exp, outcome in zip(experiences, outcomes, strict=True):
         apply_outcome(exp, outcome)
 
@@ -146,7 +156,8 @@ def set_baseline(
     A baseline whose reward fails is 0, and the rows say so (`metrics["baseline_failed"]`), so the advantage
     degrades to the plain reward instead of the group being lost.
     """
-    outcome = evaluate_reward(fn, greedy_text, task, settings.reward_timeout_s)
+    with reward_timer(settings):
+        outcome = evaluate_reward(fn, greedy_text, task, settings.reward_timeout_s)
     for exp in experiences:
         exp.reward_components["reward_baseline"] = 0.0 if outcome.failed else outcome.reward
         exp.metrics["baseline_failed"] = float(outcome.failed)

@@ -21,6 +21,7 @@ from trinity.explorer.workflows.base import (
     Workflow,
     new_experience,
     new_id,
+    reward_timer,
     score,
     task_messages,
 )
@@ -171,7 +172,8 @@ class MultiTurnWorkflow(Workflow):
         exp.reward = ep.env_reward
         if reward_fn is not None:
             env_reward = ep.env_reward
-            score(exp, reward_fn, last_model_turn, task, settings.reward_timeout_s)
+            with reward_timer(settings):
+                score(exp, reward_fn, last_model_turn, task, settings.reward_timeout_s)
             exp.reward_components["env"] = env_reward
             exp.reward_components["reward_fn"] = exp.reward
             exp.reward += env_reward

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -21,6 +22,7 @@ from trinity.trainer.megatron.engine import check_resumable
 from trinity.trainer.megatron.hf_mapping import check_parallelism, shape_from_hf_config
 from trinity.trainer.megatron.launcher import WorkerGroup
 from trinity.trainer.metrics import CHECKPOINT_SECONDS
+from trinity.trainer.timeline import CHECKPOINT_KEY
 from trinity.v1 import common_pb2
 
 
@@ -63,7 +65,9 @@ class MegatronBackend:
             self._step = int(metrics["step"])
         interval = self.trainer.save_interval
         if interval and "model_version" in metrics and self._step % interval == 0:
+            started = time.perf_counter()
             self.save_checkpoint()
+            metrics[CHECKPOINT_KEY] = time.perf_counter() - started
         return metrics
 
     def score(self, experiences: Sequence[common_pb2.Experience]) -> torch.Tensor:
