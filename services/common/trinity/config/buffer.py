@@ -30,10 +30,12 @@ _NEEDS_ORDERED = ("lt", "le", "gt", "ge")
 _NEEDS_COUNT = ("min_chars", "max_chars")
 
 
-def _whole_numbers_as_int(value: Any) -> Any:
-    """2.0 -> 2: a number that crossed the wire as a double (protobuf's Value) reads back as the int it was."""
+def whole_numbers_to_ints(value: Any) -> Any:
+    """2.0 -> 2 at any depth of JSON-like data: protobuf's Struct carries every number as a double."""
+    if isinstance(value, dict):
+        return {k: whole_numbers_to_ints(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_whole_numbers_as_int(v) for v in value]
+        return [whole_numbers_to_ints(v) for v in value]
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return value
@@ -51,7 +53,7 @@ class RowFilter(_Section):
     )
     value: FilterScalar | tuple[FilterScalar, ...] | None = Field(default=None, description="what `op` compares with")
 
-    _whole = field_validator("value", mode="before")(_whole_numbers_as_int)
+    _whole = field_validator("value", mode="before")(whole_numbers_to_ints)
 
     @model_validator(mode="after")
     def _value_fits_op(self) -> RowFilter:
@@ -149,17 +151,6 @@ class _DataFile(_Section):
 
 TaskSource = Literal["file", "reasoning_gym"]
 _RG_SET_BY_THE_TASK_SET = ("seed", "size")
-
-
-def whole_numbers_to_ints(value: Any) -> Any:
-    """2.0 -> 2 at any depth of JSON-like data: protobuf's Struct carries every number as a double."""
-    if isinstance(value, dict):
-        return {k: whole_numbers_to_ints(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [whole_numbers_to_ints(v) for v in value]
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
 
 
 class ReasoningGymGenerator(_Section):
