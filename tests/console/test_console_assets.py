@@ -64,6 +64,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp / "site"
 
 
+@pytest.mark.system  # builds the wheel (pip): make test-system
 def test_a_built_console_wheel_holds_the_vendored_files(installed: Path) -> None:
     vendor = installed / "trinity" / "console" / "static" / "vendor"
     for name in _sources():
@@ -71,6 +72,7 @@ def test_a_built_console_wheel_holds_the_vendored_files(installed: Path) -> None
     assert (installed / "trinity" / "console" / "static" / "index.html").is_file()
 
 
+@pytest.mark.system  # builds the wheel (pip): make test-system
 def test_the_console_installed_from_its_wheel_serves_its_page_and_the_vendored_files(installed: Path) -> None:
     probe = textwrap.dedent(
         """

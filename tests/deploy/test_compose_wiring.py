@@ -33,6 +33,8 @@ from trinity.runtime.tls import TlsSettings
 from trinity.sdk import TrinityClient
 from trinity.v1 import common_pb2, explorer_pb2_grpc, gateway_pb2, gateway_pb2_grpc, trainer_pb2_grpc
 
+pytestmark = pytest.mark.system  # the whole compose stack as processes, a job through it: make test-system
+
 TOKEN = "compose-wiring-token"  # set through ${TRINITY_AUTH_TOKEN}: proves the variable reaches every service
 STATUS_STUBS = {
     "gateway": gateway_pb2_grpc.GatewayServiceStub,

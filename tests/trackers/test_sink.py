@@ -24,6 +24,8 @@ from trinity.trackers.sink import TrackerSink
 from trinity.trackers.trackers import CURSOR_FILE
 from trinity.v1 import gateway_pb2
 
+pytestmark = pytest.mark.system  # a gateway, Redis and the sink with MLflow and W&B: make test-system
+
 TRAIN, EXPLORE, EVAL = gateway_pb2.EVENT_KIND_TRAIN, gateway_pb2.EVENT_KIND_EXPLORE, gateway_pb2.EVENT_KIND_EVAL
 
 

@@ -212,6 +212,7 @@ def test_a_limit_passed_with_action_stop_fails_the_step_with_one_line(tiny_model
     assert events.events == []
 
 
+@pytest.mark.system  # the trainer's whole loop with a real buffer: make test-system
 def test_a_run_fed_rollouts_of_other_weights_fails_at_its_first_step_naming_the_limit(
     buffer_service, tiny_model: Path, other_model: Path, tmp_path: Path, unique: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
