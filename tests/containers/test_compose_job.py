@@ -167,11 +167,12 @@ class FinishedRun:
 
 @pytest.fixture(scope="module")
 def finished_run(stack) -> FinishedRun:
-    """The job, with one explorer container's process killed (SIGKILL from the host) after train step 2.
+    """The job, with one explorer container's process killed (SIGKILL from the host) after train step 1.
 
-    Exploration is paused just before the kill: the survivor holds, so the run can reach its last step only
-    through the restarted explorer (which starts unpaused). Unpaused, the survivor could finish the run alone
-    while the replacement still loads its engine, and the loss would end as a retirement instead."""
+    Exploration is paused just before the kill: the survivor holds after the step it has under way, so the run can
+    reach its last step only through the restarted explorer (which starts unpaused). Unpaused, the survivor could
+    finish the run alone while the replacement still loads its engine (the tiny model's whole run takes seconds),
+    and the loss would end as a retirement instead."""
     events: list[gateway_pb2.RunEvent] = []
     group: gateway_pb2.SyncGroup | None = None
     killed, restarts_before = "", 0
@@ -181,13 +182,13 @@ def finished_run(stack) -> FinishedRun:
             events.append(event)
             if event.kind == gateway_pb2.EVENT_KIND_TRAIN and group is None:
                 group = client.stub.GetSyncGroup(gateway_pb2.GetSyncGroupRequest(run_id=run.id), timeout=10)
-            if event.kind == gateway_pb2.EVENT_KIND_TRAIN and event.step == 2 and not killed:
+            if event.kind == gateway_pb2.EVENT_KIND_TRAIN and not killed:
                 assert run.steer(pause_exploration=True).applied == ["pause_exploration"]
                 killed = stack.containers("explorer")[0]
                 restarts_before = int(docker("inspect", "-f", "{{.RestartCount}}", killed))
                 os.kill(int(docker("inspect", "-f", "{{.State.Pid}}", killed)), 9)
         final = run.wait(timeout=300)
-    assert group is not None and killed, f"the run ended before train step 2: {final.error}"
+    assert group is not None and killed, f"the run ended before train step 1: {final.error}"
     return FinishedRun(final, events, group, killed, restarts_before)
 
 
