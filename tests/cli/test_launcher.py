@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import psutil
 import pytest
@@ -170,3 +171,20 @@ def test_the_trainer_runs_on_jemalloc_and_the_gateway_on_the_system_allocator(tm
         assert "libjemalloc" not in _maps(stack.services["gateway"].process.pid)
     finally:
         stack.down()
+
+
+def _logged_at(log: Path, event: str) -> float:
+    """When a service's JSON log says `event` (seconds since the epoch)."""
+    from datetime import datetime
+
+    (line,) = [json.loads(line) for line in log.read_text().splitlines() if f'"event": "{event}"' in line]
+    return datetime.fromisoformat(line["timestamp"].replace("Z", "+00:00")).timestamp()
+
+
+def test_down_stops_the_gateway_only_after_the_trainer_has_stopped(tmp_path):
+    # The trainer's last reports go to the gateway: signalled together, they retried until its shutdown timeout.
+    stack = LocalStack.up(tmp_path, roles=("gateway", "buffer", "trainer"), policy=QUICK)
+    stack.down()
+    trainer_stopped = _logged_at(tmp_path / "trainer.log", "service.stopped")
+    assert trainer_stopped <= _logged_at(tmp_path / "gateway.log", "service.signal")
+    assert trainer_stopped <= _logged_at(tmp_path / "buffer.log", "service.signal")

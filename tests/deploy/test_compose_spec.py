@@ -132,12 +132,40 @@ def test_the_data_parallel_profile_adds_rank_1_joining_the_trainer():
     assert ("trinity-data", "/data") in {(m.source, m.target) for m in mounts(rank)}  # model and checkpoint shards
 
 
-def test_the_gpu_override_reserves_gpus_and_switches_to_cuda_images():
-    services = resolved(GPU)["services"]
+def _gpu_ids(service: dict) -> list[str]:
+    (device,) = service["deploy"]["resources"]["reservations"]["devices"]
+    assert (device["driver"], device["capabilities"], "count" in device) == ("nvidia", ["gpu"], False)
+    return device["device_ids"]
+
+
+def test_the_gpu_override_gives_each_gpu_service_its_own_gpus_and_cuda_images():
+    services = resolved(GPU, {}, "data-parallel")["services"]
+    # Explicit ids: a `count` would make Docker hand GPU 0 to every service.
+    assert {name: _gpu_ids(services[name]) for name in ("trainer", "explorer", "trainer-rank")} == {
+        "trainer": ["0"],
+        "explorer": ["1"],
+        "trainer-rank": ["2"],
+    }
     for name in ("explorer", "trainer"):
-        (device,) = services[name]["deploy"]["resources"]["reservations"]["devices"]
-        assert (device["driver"], str(device["count"]), device["capabilities"]) == ("nvidia", "1", ["gpu"])
         assert services[name]["build"]["args"]["FLAVOR"] == "cuda"
         assert services[name]["image"].endswith("-cuda")
         assert services[name]["environment"]["TRINITY_PORT"]  # the override merged, not replaced
+    assert services["trainer-rank"]["image"] == services["trainer"]["image"]
     assert "deploy" not in services["gateway"] and "deploy" not in services["buffer"]
+
+
+def test_the_gpu_services_share_the_hosts_ipc_namespace_and_shared_memory():
+    services = resolved(GPU, {}, "data-parallel")["services"]
+    # NCCL's shared-memory transport and CUDA IPC between the containers; not compose's 64 MiB /dev/shm.
+    assert {name: services[name].get("ipc") for name in ("trainer", "explorer", "trainer-rank", "gateway")} == {
+        "trainer": "host",
+        "explorer": "host",
+        "trainer-rank": "host",
+        "gateway": None,
+    }
+
+
+def test_the_gpus_of_each_service_are_set_by_its_variable():
+    env = {"TRINITY_TRAINER_GPUS": "0,1", "TRINITY_EXPLORER_GPUS": "2,3", "TRINITY_TRAINER_RANK_GPUS": "4"}
+    services = resolved(GPU, env, "data-parallel")["services"]
+    assert [_gpu_ids(services[n]) for n in ("trainer", "explorer", "trainer-rank")] == [["0,1"], ["2,3"], ["4"]]

@@ -124,6 +124,22 @@ def test_gpus_are_requested_only_in_the_gpu_overlay(overlay):
             assert gpus is None, service
 
 
+def test_each_gpu_pod_gets_its_own_gpu_and_a_memory_backed_dev_shm(k8s):
+    # A limit per pod: the device plugin hands each pod GPUs no other pod holds (no shared GPU 0, unlike a count
+    # in compose); /dev/shm beyond the container default's 64 MiB for NCCL and vLLM's tensor parallelism.
+    mine = k8s.parent / "dp-gpu-shm"
+    mine.mkdir()
+    component = {"resources": ["../k8s/overlays/gpu"], "components": ["../k8s/components/data-parallel"]}
+    (mine / "kustomization.yaml").write_text(yaml.safe_dump(component))
+    docs = render(mine)
+    for kind, pod_name in (("Deployment", "explorer"), ("Deployment", "trainer"), ("StatefulSet", "trainer-rank")):
+        pod = docs[(kind, pod_name)]["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == "1", pod_name
+        shm = {m["name"] for m in container["volumeMounts"] if m["mountPath"] == "/dev/shm"}
+        assert [v["emptyDir"]["medium"] for v in pod["volumes"] if v["name"] in shm] == ["Memory"], pod_name
+
+
 def test_overlays_pick_the_matching_image_flavour(overlay):
     name, docs = overlay
     flavour = {"cpu": "cpu", "gpu": "cuda"}[name]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.e2e.conftest import tiny_config
 from trinity.cli.launcher import LocalStack
 from trinity.clients import BufferClient
@@ -17,6 +19,7 @@ KILLS = {2: "explorer-0", 4: "trainer", 6: "buffer", 8: "gateway", 10: "redis"}
 TOTAL_STEPS = 13
 
 
+@pytest.mark.system  # a whole run: minutes on 2 cores
 def test_a_run_survives_each_service_killed_in_turn(tiny_model, tmp_path):
     config = tiny_config(
         tiny_model,

@@ -11,6 +11,8 @@ import pytest
 from tests.e2e.conftest import tiny_config, write_config
 from tests.e2e.test_run import _logs, _trinity_run
 
+pytestmark = pytest.mark.system  # a whole run with two trainer ranks: minutes on 2 cores
+
 
 @pytest.fixture(scope="module")
 def dp_run(tiny_model, tmp_path_factory):

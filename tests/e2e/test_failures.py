@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from tests.conftest import ServiceProcess
 from tests.e2e.conftest import tiny_config
 from trinity.cli.launcher import LocalStack
@@ -14,6 +16,7 @@ from trinity.sdk import TrinityClient
 from trinity.v1 import gateway_pb2
 
 
+@pytest.mark.system  # a whole run: minutes on 2 cores
 def test_a_killed_explorer_is_replaced_and_the_run_finishes(tiny_model, tmp_path):
     config = tiny_config(
         tiny_model,

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import signal
 
+import pytest
+
 from tests.e2e.conftest import tiny_config
 from trinity.cli.launcher import LocalStack, RestartPolicy
 from trinity.sdk import TrinityClient
 from trinity.v1 import gateway_pb2
 
 
+@pytest.mark.system  # a whole run: minutes on 2 cores
 def test_a_sigtermed_trainer_checkpoints_hands_over_and_the_run_goes_on(tiny_model, tmp_path):
     config = tiny_config(
         tiny_model,
@@ -49,6 +52,7 @@ def test_a_sigtermed_trainer_checkpoints_hands_over_and_the_run_goes_on(tiny_mod
         stack.down()
 
 
+@pytest.mark.system  # a whole run: minutes on 2 cores
 def test_a_trainer_that_never_comes_back_fails_the_run_with_one_line_naming_it(tiny_model, tmp_path):
     config = tiny_config(tiny_model, **{"buffer.total_steps": 50, "checkpoint_dir": str(tmp_path / "ckpt")})
     env = {"TRINITY_LIVENESS_SECONDS": "2", "TRINITY_RECOVERY_SECONDS": "3"}

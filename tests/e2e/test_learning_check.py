@@ -22,6 +22,14 @@ def test_the_preset_raises_the_quickstart_heldout_accuracy(tmp_path, preset):
 
 
 @pytest.mark.slow
+def test_the_consistency_probe_stays_quiet_on_the_quickstart(tmp_path):
+    # fp32 sampling and training, at most one version behind: no limit of monitor.consistency is passed.
+    result = run_preset(example("quickstart"), tmp_path, "quickstart")
+    assert result["state"] == "RUN_STATE_SUCCEEDED", result
+    assert result["warnings"] == []
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_the_example_raises_its_heldout_accuracy(tmp_path, name):
     result = run_preset(example(name), tmp_path, name)

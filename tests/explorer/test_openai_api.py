@@ -282,13 +282,84 @@ def test_logprobs_are_the_sampled_tokens_log_probs_and_what_is_trained_on(
         ({"logit_bias": {"5": 3.0}}, "logit_bias"),
         ({"response_format": {"type": "json_object"}}, "response_format"),
         ({"tools": [TOOL], "tool_choice": "required"}, "tool_choice"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+            "messages[0].content",
+        ),
     ],
 )
-def test_invalid_request_is_422_naming_the_field(scripted: ScriptedEngine, extra: dict[str, Any], field: str) -> None:
-    with serving(scripted, max_tokens=64) as (client, app), pytest.raises(openai.UnprocessableEntityError) as err:
+def test_invalid_request_is_400_in_openai_shape_naming_the_field(
+    scripted: ScriptedEngine, extra: dict[str, Any], field: str
+) -> None:
+    with serving(scripted, max_tokens=64) as (client, app), pytest.raises(openai.BadRequestError) as err:
         ask(client, **extra)
-    assert any(field in e["loc"] for e in err.value.body["detail"]), err.value.body
+    assert err.value.param == field or str(err.value.param).startswith(f"{field}."), err.value.body
+    assert err.value.type == "invalid_request_error" and f"{field}:" in err.value.message
     assert app.state.sessions.stats().recorded_calls == 0
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"max_tokens": 65}, "max_tokens"),
+        ({"seed": 1}, "seed"),
+        ({"messages": [{"content": "hi"}]}, "messages[0].role"),
+    ],
+)
+def test_a_stream_that_cannot_be_served_is_refused_before_it_starts_as_the_plain_call_is(
+    scripted: ScriptedEngine, extra: dict[str, Any], field: str
+) -> None:
+    with serving(scripted, max_tokens=64) as (client, _):
+        with pytest.raises(openai.BadRequestError) as plain:
+            ask(client, **extra)
+        with pytest.raises(openai.BadRequestError) as streamed:
+            ask(client, stream=True, **extra)
+    assert streamed.value.body == plain.value.body and plain.value.param == field
+
+
+def test_a_prompt_the_engine_refuses_is_a_400_before_the_stream_starts(tokenizer: Any) -> None:
+    class ShortContextEngine(ScriptedEngine):
+        """Refuses long prompts when their stream is first read, as vLLM's engine loop does."""
+
+        def _stream(self, prompt: list[int], request: GenerationRequest, finished: Callable[[], None]) -> Any:
+            deltas, abort = super()._stream(prompt, request, finished)
+            if len(prompt) <= 32:
+                return deltas, abort
+
+            def refused() -> Iterator[SampleDelta]:
+                finished()
+                raise ValueError(f"the prompt ({len(prompt)} tokens) is longer than the maximum model length of 32")
+                yield
+
+            return refused(), abort
+
+    engine = ShortContextEngine(tokenizer, lambda _: REPLY)
+    long_chat = [{"role": "user", "content": "word " * 64}]
+    with serving(engine) as (client, app):
+        with pytest.raises(openai.BadRequestError) as plain:
+            ask(client, messages=long_chat)
+        with pytest.raises(openai.BadRequestError) as streamed:
+            ask(client, messages=long_chat, stream=True)
+        short = "".join(c.choices[0].delta.content or "" for c in ask(client, stream=True) if c.choices)
+        recorded = app.state.sessions.stats().recorded_calls
+    assert streamed.value.body == plain.value.body and plain.value.param == "messages"
+    assert "maximum model length of 32" in streamed.value.message
+    assert short == REPLY and recorded == 1  # the short prompt's call alone
+
+
+def test_unknown_paths_and_failures_answer_in_openai_error_shape(scripted: ScriptedEngine) -> None:
+    def failing_put(_: list[Any]) -> int:
+        raise RuntimeError("buffer down")
+
+    with serving(scripted, put=failing_put) as (client, _):
+        missing = httpx.get(f"{root(client)}/v1/embeddings")
+        bad_json = httpx.post(f"{root(client)}/v1/chat/completions", content=b"{", timeout=30)
+        reply = ask(client)
+        unavailable = post_feedback(client, response_id=reply.id, reward=1.0)
+    assert missing.status_code == 404 and missing.json()["error"]["type"] == "invalid_request_error"
+    assert bad_json.status_code == 400 and set(bad_json.json()["error"]) == {"message", "type", "param", "code"}
+    assert unavailable.status_code == 503 and unavailable.json()["error"]["type"] == "server_error"
+    assert "buffer down" in unavailable.json()["error"]["message"]
 
 
 def test_neutral_values_of_refused_fields_are_accepted(scripted: ScriptedEngine) -> None:
@@ -304,9 +375,9 @@ def test_feedback_needs_exactly_one_of_session_id_and_response_id(scripted: Scri
         stray_choice = post_feedback(client, session_id="s", choice_index=0, reward=1.0)
         no_reward = post_feedback(client, session_id="s")
     for reply in (both, neither):
-        assert reply.status_code == 422 and "session_id" in reply.text and "response_id" in reply.text
-    assert stray_choice.status_code == 422 and "choice_index" in stray_choice.text
-    assert no_reward.status_code == 422 and any("reward" in e["loc"] for e in no_reward.json()["detail"])
+        assert reply.status_code == 400 and "session_id" in reply.text and "response_id" in reply.text
+    assert stray_choice.status_code == 400 and "choice_index" in stray_choice.text
+    assert no_reward.status_code == 400 and no_reward.json()["error"]["param"] == "reward"
 
 
 # ---- feedback -> experiences ------------------------------------------------------------------------------
@@ -353,7 +424,14 @@ def test_session_feedback_trains_every_call_with_the_session_as_group(
         replies = [ask(client, "ep", messages=[{"role": "user", "content": q}]) for q in ("hello", "again")]
         fb = post_feedback(client, session_id="ep", reward=0.75, components={"task": 1.0})
         assert len(app.state.sessions) == 0
-    assert fb.json() == {"session_id": "ep", "response_id": None, "group_id": "ep", "experiences": 2, "accepted": 2}
+    assert fb.json() == {
+        "session_id": "ep",
+        "response_id": None,
+        "group_id": "ep",
+        "experiences": 2,
+        "accepted": 2,
+        "trained": True,
+    }
     buffer, name = stream
     exps = buffer.read(name, "reader", 10).experiences
     for step, (exp, reply, text) in enumerate(zip(exps, replies, ("hello", "again"), strict=True)):
@@ -384,7 +462,8 @@ def test_feedback_for_unknown_or_rewarded_ids_is_404_naming_the_id(scripted: Scr
         rewarded = [post_feedback(client, response_id=reply.id, reward=1.0)]
         rewarded.append(post_feedback(client, session_id="once", reward=1.0))  # its only call was rewarded
     for fb, field in zip(unknown + rewarded, ["session_id", "response_id", "response_id", "session_id"], strict=True):
-        assert fb.status_code == 404 and fb.json()["detail"].startswith(f"{field}:")
+        error = fb.json()["error"]
+        assert fb.status_code == 404 and error["message"].startswith(f"{field}:") and error["param"] == field
 
 
 def test_failed_put_keeps_the_calls_for_a_retry(scripted: ScriptedEngine) -> None:
@@ -464,6 +543,7 @@ def test_a_weight_load_waits_for_the_stream_in_flight_and_the_next_call_has_the_
         yield from ()
 
     with serving(engine) as (client, _):
+        engine.release(1)  # the reply starts with the first token
         chunks = ask(client, stream=True)
         first = next(chunks)  # the role chunk: the request is in the engine
         loader = threading.Thread(target=lambda: engine.load_weights(1, weights()))
@@ -481,9 +561,9 @@ def test_a_weight_load_waits_for_the_stream_in_flight_and_the_next_call_has_the_
 def test_a_client_that_leaves_mid_stream_aborts_it_and_nothing_is_recorded(tokenizer: Any) -> None:
     engine = SteppedEngine(tokenizer)
     with serving(engine) as (client, app):
-        chunks = ask(client, "gone", stream=True)
-        next(chunks)
         engine.release(2)
+        chunks = ask(client, "gone", stream=True)
+        next(chunks)  # the role chunk
         assert [next(chunks).choices[0].delta.content for _ in range(2)] == ["T", "h"]
         chunks.close()
         wait_for(engine.aborted.is_set, "the engine request to be aborted")
@@ -526,6 +606,7 @@ def test_models_and_health(scripted: ScriptedEngine) -> None:
         health = httpx.get(f"{root(client)}/health").json()
     assert health == {
         "status": "ok",
+        "training": True,
         "model_version": 0,
         "calls_in_flight": 0,
         "open_sessions": 0,
@@ -533,6 +614,25 @@ def test_models_and_health(scripted: ScriptedEngine) -> None:
         "expired_calls": 0,
         "abandoned_requests": 0,
     }
+
+
+def test_after_the_last_step_calls_are_answered_untrained_and_health_says_so(scripted: ScriptedEngine) -> None:
+    training = threading.Event()
+    training.set()
+    put: list[Any] = []
+    with serving(scripted, put=lambda exps: put.append(exps) or len(exps), training=training.is_set) as (client, app):
+        ask(client, "before")
+        training.clear()  # the trainer's last step is done; the endpoint serves on
+        after = [ask(client, "after").choices[0].message.content]
+        after.append("".join(c.choices[0].delta.content or "" for c in ask(client, "after", stream=True) if c.choices))
+        held = post_feedback(client, session_id="before", reward=1.0)
+        unrecorded = post_feedback(client, session_id="after", reward=1.0)
+        health = httpx.get(f"{root(client)}/health").json()
+        stats = app.state.sessions.stats()
+    assert after == [REPLY, REPLY] and health["status"] == "ok" and health["training"] is False
+    for reply in (held, unrecorded):
+        assert reply.status_code == 200 and reply.json()["trained"] is False and reply.json()["experiences"] == 0
+    assert put == [] and stats.recorded_calls == 1 and stats.open_sessions == 0  # the call before: dropped
 
 
 # ---- tools -----------------------------------------------------------------------------------------------
@@ -565,6 +665,54 @@ def test_tools_use_the_template_argument_when_the_template_reads_them(tokenizer:
     tok.chat_template = "{% if tools %}TOOLS={{ tools | length }}\n{% endif %}" + CHATML_TEMPLATE
     text = render_chat(tok, [{"role": "user", "content": "hi"}], [TOOL, TOOL])
     assert text == "TOOLS=2\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+
+
+# An agent framework's second call (AgentScope's ReAct agent sends this shape): its system prompt, the question,
+# the model's earlier tool call, the tool's result, the tools again, and parameters of its own.
+TOOL_ROUND = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": [{"type": "text", "text": "What is 3+4?"}]},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "calculator", "arguments": '{"a": 3, "b": 4}'}}
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "name": "calculator", "content": "7"},
+]
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_an_agent_frameworks_tool_round_is_served_with_its_own_parameters(tokenizer: Any, streamed: bool) -> None:
+    engine = SteppedEngine(tokenizer, lambda _: TOOL_REPLY)
+    engine.release()
+    extra = {"tools": [TOOL], "tool_choice": "auto", "parallel_tool_calls": True, "messages": TOOL_ROUND}
+    with serving(engine) as (client, app):
+        if streamed:
+            chunks = list(ask(client, "agent", stream=True, stream_options={"include_usage": True}, **extra))
+            calls = [t.function.name for c in chunks if c.choices for t in c.choices[0].delta.tool_calls or []]
+        else:
+            calls = [t.function.name for t in ask(client, "agent", **extra).choices[0].message.tool_calls]
+        (call,) = app.state.sessions.close("agent").calls
+    assert calls == ["calculator"]
+    assert '{"a": 3, "b": 4}' in call.prompt_text and "<|im_start|>tool\n7<|im_end|>" in call.prompt_text
+
+
+@pytest.mark.parametrize(
+    ("messages", "tools", "field"),
+    [
+        ([*TOOL_ROUND[:2], {"role": "assistant", "tool_calls": [{"id": "c"}]}], [TOOL], "messages[2].tool_calls[0]"),
+        (TOOL_ROUND[:2], [{"type": "function", "function": {"parameters": {}}}], "tools[0].function.name"),
+        (TOOL_ROUND[:2], [{"type": "retrieval"}], "tools[0].type"),
+    ],
+)
+def test_a_malformed_tool_call_or_tool_is_a_400_naming_it(
+    scripted: ScriptedEngine, messages: list[dict[str, Any]], tools: list[dict[str, Any]], field: str
+) -> None:
+    with serving(scripted) as (client, _), pytest.raises(openai.BadRequestError) as err:
+        ask(client, messages=messages, tools=tools)
+    assert str(err.value.param).startswith(field), err.value.body
 
 
 def test_parse_tool_calls_splits_content_and_calls() -> None:
@@ -609,9 +757,13 @@ def test_vllm_streams_what_it_records_and_refuses_an_overlong_prompt(
     with serving(vllm_engine, put=buffered(stream), max_tokens=12) as (client, _):
         chunks = list(ask(client, "v", stream=True, max_tokens=12, n=2))
         assert post_feedback(client, session_id="v", reward=1.0).json()["experiences"] == 2
+        overlong = [{"role": "user", "content": "x" * 2000}]
         with pytest.raises(openai.BadRequestError) as err:
-            ask(client, messages=[{"role": "user", "content": "x" * 2000}], max_tokens=4)
-    assert err.value.body["detail"].startswith("messages:")
+            ask(client, messages=overlong, max_tokens=4)
+        with pytest.raises(openai.BadRequestError) as streamed:  # refused before the stream starts, as vLLM reads it
+            ask(client, messages=overlong, max_tokens=4, stream=True)
+    assert err.value.param == "messages" and err.value.body["message"].startswith("messages:")
+    assert streamed.value.body == err.value.body
     buffer, name = stream
     exps = sorted(buffer.read(name, "reader", 10).experiences, key=lambda e: e.info["choice_index"])
     for index, exp in enumerate(exps):

@@ -28,8 +28,9 @@ LIVENESS_S = 3600.0  # instances stay alive until a test silences one (`lose`), 
 RECOVERY_S = 300.0
 
 
-def run_config(*, name: str, stages: tuple[dict, ...] = ()) -> str:
-    """A `both` run of one explorer and one trainer on the quickstart's task set (the gateway loads no model)."""
+def run_config(*, name: str, stages: tuple[dict, ...] = (), **top: object) -> str:
+    """A `both` run of one explorer and one trainer on the quickstart's task set (the gateway loads no model);
+    `top` replaces top-level keys (`mode`, `explorer`)."""
     taskset = {"path": str(EXAMPLES / "train.jsonl"), "prompt_key": "question", "answer_key": "answer"}
     config = {
         "name": name,
@@ -37,6 +38,7 @@ def run_config(*, name: str, stages: tuple[dict, ...] = ()) -> str:
         "model": {"path": "base-model"},
         "buffer": {"batch_size": 2, "total_steps": 2, "taskset": {**taskset, "reward_fn": "accuracy"}},
         "stages": list(stages),
+        **top,
     }
     return yaml.safe_dump(config)
 
@@ -121,9 +123,9 @@ class Gateway:
         )
         self.orchestrator.on_registered(self.registry.register(instance))
 
-    def launch(self, name: str, stages: tuple[dict, ...] = ()) -> str:
+    def launch(self, name: str, stages: tuple[dict, ...] = (), **top: object) -> str:
         """A run created and launched at once (the monitor would launch it on its next sweep)."""
-        run = self.orchestrator.create_run(run_config(name=name, stages=stages), run_id=name)
+        run = self.orchestrator.create_run(run_config(name=name, stages=stages, **top), run_id=name)
         self.orchestrator.stages.launch(run.id)
         assert self.run(run.id).state == gateway_pb2.RUN_STATE_RUNNING, self.run(run.id).error
         return run.id

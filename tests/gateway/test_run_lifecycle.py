@@ -140,3 +140,24 @@ def test_a_run_cancelled_while_its_trainer_is_lost_is_not_restarted_when_the_tra
     assert gateway.run(run_id).state == CANCELLED
     assert len(trainer.starts) == 1 and trainer.stop_reasons() == []  # it was gone when the cancel was sent
     assert gateway.explorer.stop_reasons() == ["STOP_REASON_CANCELLED"]
+
+
+SERVING_ON = {"mode": "serve", "explorer": {"keep_serving_after_last_step": True}}
+
+
+def test_a_serve_run_serving_on_after_its_training_succeeds_when_it_is_stopped(gateway, unique):
+    run_id = gateway.launch(unique, **SERVING_ON)
+    gateway.report(run_id, gateway.trainer, gateway_pb2.EVENT_KIND_FINISHED, final_model_path="/models/final")
+    assert gateway.run(run_id).state == RUNNING  # the explorer serves on, told that training finished
+    gateway.orchestrator.cancel(run_id, "terminated (SIGTERM)")
+
+    run = gateway.run(run_id)
+    assert run.state == SUCCEEDED and run.final_model_path == "/models/final"
+    assert gateway.explorer.stop_reasons() == ["STOP_REASON_TRAINING_FINISHED", "STOP_REASON_CANCELLED"]
+    assert ("state", "training finished; serving stopped (terminated (SIGTERM))") in gateway.events(run_id)
+
+
+def test_a_serve_run_stopped_before_its_training_finished_is_cancelled(gateway, unique):
+    run_id = gateway.launch(unique, **SERVING_ON)
+    gateway.orchestrator.cancel(run_id, "terminated (SIGTERM)")
+    assert gateway.run(run_id).state == CANCELLED

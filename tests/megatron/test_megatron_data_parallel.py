@@ -100,6 +100,7 @@ def _stable(metrics: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in metrics.items() if "second" not in k and "per_s" not in k}
 
 
+@pytest.mark.system  # Megatron workers train three steps per layout: minutes on 2 cores
 def test_scores_equal_the_single_replica_scores(replicated: Outcome, single: Outcome) -> None:
     # Positions past a row's response are padding: their values depend on the micro-batch the row was in.
     valid = torch.zeros_like(single.scores, dtype=torch.bool)
@@ -108,12 +109,14 @@ def test_scores_equal_the_single_replica_scores(replicated: Outcome, single: Out
     torch.testing.assert_close(replicated.scores[valid], single.scores[valid], rtol=0, atol=1e-6)
 
 
+@pytest.mark.system  # Megatron workers train three steps per layout: minutes on 2 cores
 def test_the_export_is_every_hugging_face_tensor_once_and_bit_exact(replicated: Outcome, tiny_model: Path) -> None:
     hf = load_file(str(tiny_model / "model.safetensors"))
     assert replicated.initial.keys() == hf.keys()
     assert all(torch.equal(replicated.initial[k], hf[k]) for k in hf)
 
 
+@pytest.mark.system  # Megatron workers train three steps per layout: minutes on 2 cores
 @pytest.mark.parametrize("step", [0, 1, 2])
 def test_each_step_reports_the_single_replica_loss_and_metrics(replicated: Outcome, single: Outcome, step: int) -> None:
     mine, ref = replicated.metrics[step], single.metrics[step]
@@ -122,6 +125,7 @@ def test_each_step_reports_the_single_replica_loss_and_metrics(replicated: Outco
         assert mine[name] == pytest.approx(ref[name], rel=1e-5, abs=1e-7), name
 
 
+@pytest.mark.system  # Megatron workers train three steps per layout: minutes on 2 cores
 def test_weights_after_training_equal_the_single_replica_weights(replicated: Outcome, single: Outcome) -> None:
     assert replicated.weights.keys() == single.weights.keys()
     moved = max(float((single.weights[k] - single.initial[k]).abs().max()) for k in single.weights)
@@ -130,11 +134,13 @@ def test_weights_after_training_equal_the_single_replica_weights(replicated: Out
         torch.testing.assert_close(replicated.weights[name], tensor, rtol=0, atol=1e-5, msg=name)
 
 
+@pytest.mark.system  # Megatron workers train three steps per layout: minutes on 2 cores
 def test_resume_replays_the_next_steps_exactly(replicated: Outcome) -> None:
     assert [_stable(m) for m in replicated.resumed_metrics] == [_stable(m) for m in replicated.metrics[1:]]
     assert all(torch.equal(replicated.resumed_weights[k], v) for k, v in replicated.weights.items())
 
 
+@pytest.mark.system  # Megatron workers train three steps per layout: minutes on 2 cores
 def test_a_two_replica_checkpoint_resumes_on_one_replica(
     replicated: Outcome, single: Outcome, tiny_model: Path
 ) -> None:
@@ -160,6 +166,7 @@ def test_the_world_size_is_tensor_times_pipeline_times_data_parallel() -> None:
     assert _trainer(tensor_parallel_size=2, pipeline_parallel_size=3, data_parallel_size=4).world_size == 24
 
 
+@pytest.mark.system  # Megatron workers train three steps per layout: minutes on 2 cores
 def test_a_distributed_optimizer_checkpoint_refuses_another_replica_count(tmp_path: Path, replicated: Outcome) -> None:
     if not replicated.layout.get("use_distributed_optimizer"):
         pytest.skip("this layout uses the plain optimizer")
@@ -169,6 +176,7 @@ def test_a_distributed_optimizer_checkpoint_refuses_another_replica_count(tmp_pa
         check_resumable(replicated.checkpoint, _trainer(data_parallel_size=2))
 
 
+@pytest.mark.system  # Megatron workers train three steps per layout: minutes on 2 cores
 def test_a_checkpoint_of_another_model_parallel_layout_is_refused_before_loading(single: Outcome) -> None:
     with pytest.raises(ValueError, match=r"holds 1 model-parallel shard\(s\), not the 2 of .* = 2 x 1"):
         check_resumable(single.checkpoint, _trainer(tensor_parallel_size=2))

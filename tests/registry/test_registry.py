@@ -37,6 +37,7 @@ REGISTRIES = {
     "workflow": "trinity.explorer.workflows.base:WORKFLOWS",
     "step_environment": "trinity.explorer.workflows.multi_step:STEP_ENVIRONMENTS",
     "chat_environment": "trinity.explorer.workflows.multi_turn:CHAT_ENVIRONMENTS",
+    "tool": "trinity.explorer.tools.base:TOOLS",
     "reward": "trinity.explorer.rewards.base:REWARDS",
     "engine": "trinity.explorer.engines.registry:ENGINES",
     "operator": "trinity.buffer.operators.registry:OPERATORS",

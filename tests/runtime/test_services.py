@@ -77,12 +77,44 @@ def test_missing_redis_server_fails_with_a_hint():
     assert "redis-server not found on PATH" in done.stderr and "TRINITY_REDIS_URL" in done.stderr
 
 
+def test_a_second_service_on_a_taken_port_fails_instead_of_sharing_it(buffer_service):
+    # With grpc's default SO_REUSEPORT both would bind and split the calls: the buffer's callers would meet the
+    # gateway ("Method not found").
+    port = int(buffer_service.address.rsplit(":", 1)[1])
+    done = subprocess.run(
+        [sys.executable, "-m", "trinity.cli", "serve", "gateway", "--port", str(port), "--host", "127.0.0.1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert str(port) in done.stdout + done.stderr
+    with BufferClient(buffer_service.address) as client:
+        assert client.create_stream(StreamConfig(name="still-the-buffer")).spec.name == "still-the-buffer"
+
+
 def test_reflection_lists_the_service(buffer_service):
     with grpc.insecure_channel(buffer_service.address) as channel:
         stub = reflection_pb2_grpc.ServerReflectionStub(channel)
         replies = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
         names = {s.name for reply in replies for s in reply.list_services_response.service}
     assert {"trinity.v1.BufferService", "grpc.health.v1.Health"} <= names
+
+
+def test_reflection_describes_every_method_and_its_messages(buffer_service):
+    """What `grpcurl describe pkg.Service.Method` does: the file containing the method, then its types."""
+    from google.protobuf.descriptor_pool import DescriptorPool
+    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+
+    with grpc.insecure_channel(buffer_service.address) as channel:
+        database = ProtoReflectionDescriptorDatabase(channel)
+        pool = DescriptorPool(database)  # a client's own pool: nothing but what reflection answers
+        described = []
+        for name in database.get_services():
+            for method in pool.FindServiceByName(name).methods:
+                database.FindFileContainingSymbol(method.full_name)  # raises KeyError where it is not found
+                described += [pool.FindMessageTypeByName(t.full_name) for t in (method.input_type, method.output_type)]
+    assert {m.full_name for m in described} >= {"trinity.v1.GetStreamRequest", "grpc.health.v1.HealthCheckResponse"}
 
 
 def test_a_configured_token_guards_every_rpc_but_health(redis_server):

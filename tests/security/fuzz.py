@@ -196,8 +196,30 @@ class RequestFactory:
         return "".join(chr(self.rng.randint(32, 0x2FF)) for _ in range(length))
 
 
-def call(channel: grpc.Channel, method: Method, request: Message, timeout: float) -> grpc.StatusCode:
-    """The status a call ends with; a stream is read to its end (or its deadline)."""
+def corrupt_bytes(rng: random.Random, valid: bytes) -> bytes:
+    """Bytes that protobuf is unlikely to parse: a field whose length runs past the end, a truncated varint, or
+    `valid` with a few bits flipped (which may still parse: the call must then be answered as any request is)."""
+    choice = rng.randrange(3)
+    if choice == 0:
+        return bytes([rng.randint(1, 15) << 3 | 2, 0x7F]) + rng.randbytes(rng.randint(0, 20))
+    if choice == 1:
+        return bytes([rng.randint(1, 15) << 3]) + b"\xff" * rng.randint(1, 11)
+    flipped = bytearray(valid or b"\x08\x01")
+    for _ in range(rng.randint(1, 4)):
+        flipped[rng.randrange(len(flipped))] ^= 1 << rng.randrange(8)
+    return bytes(flipped)
+
+
+def call(channel: grpc.Channel, method: Method, request: Message | bytes, timeout: float) -> grpc.StatusCode:
+    """The status a call ends with; a stream is read to its end (or its deadline). `request` as bytes goes out as
+    they are (a corrupt request)."""
+    return call_detailed(channel, method, request, timeout)[0]
+
+
+def call_detailed(
+    channel: grpc.Channel, method: Method, request: Message | bytes, timeout: float
+) -> tuple[grpc.StatusCode, str]:
+    """`call`'s status and its details."""
     try:
         if method.streaming:
             stub = channel.unary_stream(
@@ -211,12 +233,12 @@ def call(channel: grpc.Channel, method: Method, request: Message, timeout: float
             )
             unary(request, timeout=timeout)
     except grpc.RpcError as err:
-        return err.code()
-    return grpc.StatusCode.OK
+        return err.code(), err.details() or ""
+    return grpc.StatusCode.OK, ""
 
 
-def _serialize(message: Message) -> bytes:
-    return message.SerializeToString()
+def _serialize(message: Message | bytes) -> bytes:
+    return message if isinstance(message, bytes) else message.SerializeToString()
 
 
 def _is_repeated(field: FieldDescriptor) -> bool:

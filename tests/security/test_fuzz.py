@@ -22,7 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.buffer.helpers import experience
 from tests.conftest import ServiceProcess
-from tests.security.fuzz import Method, RequestFactory, call, discover
+from tests.security.fuzz import Method, RequestFactory, call, call_detailed, corrupt_bytes, discover
 from trinity.clients import BufferClient
 from trinity.config import StreamConfig, TaskSetConfig
 from trinity.runtime.client import open_channel
@@ -32,6 +32,9 @@ from trinity.v1 import buffer_pb2, explorer_pb2, explorer_pb2_grpc, gateway_pb2,
 
 SEED = 1313
 PER_METHOD = 100
+CORRUPT_PER_METHOD = 20
+# A length-delimited field 1 that claims 127 bytes and has none: no message type parses it.
+TRUNCATED = b"\x0a\x7f"
 TOKEN = "fuzz-token"
 CALL_TIMEOUT = 20.0
 BAD_CODES = {grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}
@@ -164,6 +167,50 @@ def outcomes(stack: Stack) -> list[Outcome]:
         mine = Counter(o.code.name for o in results if o.method.service == service)
         print(f"  {service}: {dict(mine)}")
     return results
+
+
+@pytest.fixture(scope="module")
+def corrupt_outcomes(stack: Stack) -> list[Outcome]:
+    """CORRUPT_PER_METHOD requests of bytes, truncated or bit-flipped, per method (after the typed fuzz)."""
+    rng, factory = random.Random(SEED + 1), RequestFactory(random.Random(SEED), _plausible(stack))
+    by_service = {s: p for p in stack.services.values() for s in _served(p)}
+    results = []
+    for method in _methods(stack):
+        valid = next(factory.requests(method, 1)).SerializeToString()
+        with open_channel(by_service[method.service].address, token=TOKEN) as channel:
+            for _ in range(CORRUPT_PER_METHOD):
+                data = corrupt_bytes(rng, valid)
+                code = call(channel, method, data, 3.0 if method.streaming else CALL_TIMEOUT)
+                results.append(Outcome(method, data.hex()[:300], code))
+    print(f"\ncorrupt fuzz: {len(results)} calls: {dict(Counter(o.code.name for o in results))}")
+    return results
+
+
+def test_no_corrupt_request_ends_unknown_or_internal(corrupt_outcomes, stack):
+    bad = [f"{o.method.path}: {o.code.name} for bytes {o.request}" for o in corrupt_outcomes if o.code in BAD_CODES]
+    assert not bad, "\n".join(bad[:20])
+    # Most of them do not parse at all, and are refused as such (a flipped bit may still leave a valid message).
+    refused = sum(o.code == grpc.StatusCode.INVALID_ARGUMENT for o in corrupt_outcomes)
+    assert refused >= len(corrupt_outcomes) // 2
+
+
+def test_bytes_that_do_not_parse_are_invalid_argument_naming_the_type(stack):
+    by_service = {s: p for p in stack.services.values() for s in _served(p)}
+    wrong = {}
+    for method in _methods(stack):
+        with open_channel(by_service[method.service].address, token=TOKEN) as channel:
+            code, details = call_detailed(channel, method, TRUNCATED, CALL_TIMEOUT)
+        expected = f"request: not a valid {method.request.DESCRIPTOR.full_name}"
+        if code != grpc.StatusCode.INVALID_ARGUMENT or not details.startswith(expected):
+            wrong[method.path] = (code.name, details)
+    assert wrong == {}
+
+
+def test_corrupt_bytes_without_the_token_are_refused_as_unauthenticated(stack):
+    method = next(m for m in _methods(stack) if m.name == "GetStatus")
+    address = next(p.address for p in stack.services.values() if method.service in _served(p))
+    with open_channel(address, token="not-the-token") as channel:
+        assert call(channel, method, TRUNCATED, CALL_TIMEOUT) == grpc.StatusCode.UNAUTHENTICATED
 
 
 def _served(process: ServiceProcess) -> list[str]:

@@ -36,12 +36,23 @@ def test_a_device_that_is_no_device_is_a_config_error_naming_the_field() -> None
     ("fields", "device", "sharded", "expected"),
     [
         ({}, CPU, False, Precision(torch.float32)),
-        ({}, CUDA, False, Precision(torch.bfloat16)),  # bf16 weights on a GPU by default
+        # On a GPU: bf16 compute over fp32 master weights by default (autocast on one rank, FSDP2's mixed precision
+        # when sharded), so that an lr-1e-6 update is not rounded away.
+        ({}, CUDA, False, Precision(torch.float32, autocast=True)),
+        ({}, CUDA, True, Precision(torch.float32, compute=torch.bfloat16)),
+        ({"weights_dtype": "bfloat16"}, CUDA, False, Precision(torch.float32, autocast=True)),
+        ({"fp32_master_weights": False}, CUDA, False, Precision(torch.bfloat16)),  # pure bf16 only when asked for
         ({"autocast": "bfloat16"}, CPU, True, Precision(torch.float32, autocast=True)),
         ({"weights_dtype": "float32"}, CUDA, True, Precision(torch.float32)),
         ({"fp32_master_weights": True}, CUDA, True, Precision(torch.float32, compute=torch.bfloat16)),
         ({"fp32_master_weights": True}, CUDA, False, Precision(torch.float32, autocast=True)),
-        ({"weights_dtype": "bfloat16"}, CPU, False, Precision(torch.bfloat16)),
+        ({"weights_dtype": "bfloat16"}, CPU, False, Precision(torch.bfloat16)),  # a CPU keeps no master copy
+        (
+            {"weights_dtype": "bfloat16", "fp32_master_weights": True},
+            CPU,
+            False,
+            Precision(torch.float32, autocast=True),
+        ),
     ],
 )
 def test_precision_follows_the_device_unless_set(
@@ -96,3 +107,19 @@ def test_a_backend_refuses_a_process_group_of_another_size(tiny_model: Path) -> 
 
     with pytest.raises(ValueError, match="data_parallel_size is 2 but this rank's process group has 1"):
         TorchBackend(run_config(tiny_model, "grpo", data_parallel_size=2))
+
+
+def test_the_backend_logs_the_precision_it_resolved(tiny_model: Path) -> None:
+    from structlog.testing import capture_logs
+
+    from trinity.trainer.torch_backend import TorchBackend
+
+    with capture_logs() as logs:
+        TorchBackend(run_config(tiny_model, "grpo", weights_dtype="bfloat16"))
+    (event,) = [e for e in logs if e["event"] == "trainer.precision"]
+    assert {k: event[k] for k in ("device", "weights", "compute", "autocast")} == {
+        "device": "cpu",
+        "weights": "bfloat16",
+        "compute": "bfloat16",
+        "autocast": False,
+    }

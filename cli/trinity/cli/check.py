@@ -1,14 +1,18 @@
 """`trinity check --config FILE`: everything `trinity run` (or, with `--remote`, `trinity submit`) checks before it
-starts, and the run it would start, every default filled in; nothing is started. Exit 0, or 2 naming the field."""
+starts, and the run it would start, every default filled in; nothing is started. Exit 0, or 2 naming the field.
+With `--gpus N --gpu-memory-gib M`, also the GPU memory of each process and a layout on that host (`layout`), as
+comment lines; exit 1 when the run cannot fit."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 import yaml
 
-from trinity.cli import preflight
+from trinity.cli import layout, preflight
 from trinity.config import load_run_config
+from trinity.config.errors import ConfigError
 from trinity.config.resolved import resolved_run
 
 
@@ -18,7 +22,26 @@ def cmd_check(args: argparse.Namespace) -> int:
     stages = resolved_run(config)
     print(yaml.safe_dump(stages[0] if len(stages) == 1 else {"stages": stages}, sort_keys=False), end="")
     print(f"# {args.config}: valid ({len(stages)} stage{'s' if len(stages) > 1 else ''})")
-    return 0
+    if (args.gpus is None) != (args.gpu_memory_gib is None):
+        raise ConfigError("--gpus" if args.gpus is None else "--gpu-memory-gib", "the layout needs both flags")
+    if args.gpus is None:
+        return 0
+    lines, fits = layout.report(config, args.gpus, args.gpu_memory_gib)
+    print("\n".join(f"# {line}" for line in lines))
+    return 0 if fits else 1
+
+
+def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a {kind.__name__}: {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+
+    return parse
 
 
 def add_check_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -29,4 +52,10 @@ def add_check_command(commands: argparse._SubParsersAction[argparse.ArgumentPars
         action="store_true",
         help="check as `trinity submit` does: the data files are the gateway's machines' to find, not this one's",
     )
+    machine = check.add_argument_group(
+        "layout (deploy/README.md): the GPU memory each process needs on these GPUs, and a placement that fits; "
+        "exit 1 when none does"
+    )
+    machine.add_argument("--gpus", type=_positive(int), metavar="N", help="GPUs of the host the run gets")
+    machine.add_argument("--gpu-memory-gib", type=_positive(float), metavar="GIB", help="memory of each GPU, GiB")
     check.set_defaults(handler=cmd_check)

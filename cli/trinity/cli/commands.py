@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,10 +54,34 @@ def explorer_threads(stages: list[RunConfig], explorers: int, cores: int | None 
     return max(1, (cores or os.cpu_count() or 1) // explorers)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM to `trinity run`: handled as Ctrl-C is (the run is cancelled, the summary written, the stack stopped)."""
+
+
+def _raise_terminated(_signum: int, _frame: Any) -> None:
+    raise Terminated  # raising is all a handler may do here: logging in one has hung a SIGTERM
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM raises `Terminated` in the main thread while the block runs, as SIGINT raises KeyboardInterrupt."""
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run_locally(
     config: RunConfig, output_dir: str | None, *, quiet: bool = False, console_port: int | None = None
 ) -> int:
-    """`console_port` (0: any free port) also starts the console, whose URL is printed before the run starts."""
+    """`console_port` (0: any free port) also starts the console, whose URL is printed before the run starts.
+    SIGTERM ends the run as Ctrl-C does."""
+    with sigterm_interrupts():
+        return _run_locally(config, output_dir, quiet=quiet, console_port=console_port)
+
+
+def _run_locally(config: RunConfig, output_dir: str | None, *, quiet: bool, console_port: int | None) -> int:
     import grpc
 
     from trinity.cli.launcher import LocalStack
@@ -101,10 +128,12 @@ def run_locally(
             explorers=explorers,
             explorer_threads=explorer_threads(stages, explorers),
             extra_env=preflight.data_roots_env(stages, output),
+            visible_devices=preflight.process_devices(stages),
             on_give_up=monitor.note,
             # TensorBoard, MLflow and W&B under the output folder, written as a deployed stack writes them.
             trackers_dir=output if tracked else None,
         )
+        print(f"gateway at {stack.gateway} (trinity runs list --gateway {stack.gateway})", flush=True)
         if console_port is not None:
             print(f"console at {stack.add_console(console_port)}", flush=True)
         with TrinityClient(stack.gateway) as client:
@@ -114,9 +143,12 @@ def run_locally(
             try:
                 for event in handle.watch():
                     monitor.on_event(event)
-            except KeyboardInterrupt:
-                print("\ninterrupted: cancelling the run and shutting down...", file=sys.stderr, flush=True)
-                handle.cancel("interrupted (Ctrl-C)")
+                    if event.kind == gateway_pb2.EVENT_KIND_LOG and "openai_port" in event.metrics:
+                        monitor.note(event.message)  # serve mode: where agents call, whatever the verbosity
+            except KeyboardInterrupt as err:
+                how = "terminated (SIGTERM)" if isinstance(err, Terminated) else "interrupted (Ctrl-C)"
+                print(f"\n{how}: cancelling the run and shutting down...", file=sys.stderr, flush=True)
+                handle.cancel(how)
             run = handle.wait(timeout=120)
             try:
                 timeline = handle.spans()

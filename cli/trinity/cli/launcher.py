@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -39,6 +39,7 @@ from trinity.runtime.redis_server import (
 from trinity.runtime.serve import PARENT_ENV
 
 ROLES = ("gateway", "buffer", "trainer", "explorer")
+CORE_GRACE_S = 5.0  # LocalStack.down: what the buffer and gateway get to drain however long the others took
 SUPERVISOR_LOG = "supervisor.log"
 
 
@@ -126,6 +127,7 @@ class LocalStack:
     services: dict[str, ServiceHandle] = field(default_factory=dict)
     restarts: dict[str, int] = field(default_factory=dict)
     given_up: dict[str, str] = field(default_factory=dict)
+    _ports: set[int] = field(default_factory=set, repr=False)
     _slots: dict[str, _Slot] = field(default_factory=dict, repr=False)
     _changed: threading.Condition = field(default_factory=threading.Condition, repr=False)
     _stopping: threading.Event = field(default_factory=threading.Event, repr=False)
@@ -143,6 +145,15 @@ class LocalStack:
                 structlog.processors.JSONRenderer(),
             ],
         )
+
+    def _new_port(self) -> int:
+        """A free port none of this stack's processes was handed: a port is only taken once its process binds it,
+        so two services started side by side could otherwise be handed the same one."""
+        port = free_port()
+        while port in self._ports:
+            port = free_port()
+        self._ports.add(port)
+        return port
 
     @property
     def gateway(self) -> str:
@@ -162,9 +173,13 @@ class LocalStack:
         policy: RestartPolicy | None = None,
         on_give_up: Callable[[str], None] | None = None,
         trackers_dir: Path | None = None,
+        visible_devices: Mapping[str, str] | None = None,
     ) -> LocalStack:
         """Redis, the gateway, then the other `roles` side by side; returns once every service is SERVING. With
-        `trackers_dir`, the trackers service too, writing every run's TensorBoard, MLflow and W&B files there."""
+        `trackers_dir`, the trackers service too, writing every run's TensorBoard, MLflow and W&B files there.
+        `visible_devices` is the CUDA_VISIBLE_DEVICES of the processes it names ("trainer", "explorer-0", ...:
+        `placement.visible_devices`); the others inherit the launcher's."""
+        gpus = {name: {"CUDA_VISIBLE_DEVICES": value} for name, value in (visible_devices or {}).items()}
         if not set(roles) <= set(ROLES) or "gateway" not in roles:
             raise ValueError(f"roles: a subset of {', '.join(ROLES)} with the gateway in it (got {sorted(roles)})")
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -190,12 +205,21 @@ class LocalStack:
             # The trainer's and the explorers' steps allocate gigabytes of changing sizes: jemalloc (runtime.allocator).
             tensors = with_jemalloc(base)
             if "trainer" in roles:
-                trainer_env = {**tensors, "OMP_NUM_THREADS": threads, "TRINITY_TRAINER_THREADS": threads}
+                trainer_env = {
+                    **tensors,
+                    "OMP_NUM_THREADS": threads,
+                    "TRINITY_TRAINER_THREADS": threads,
+                    **gpus.get("trainer", {}),
+                }
                 stack._add_service("trainer", trainer_env)
             if "explorer" in roles:
                 # Fixed at process start: vLLM's CPU worker disables torch.set_num_threads once it runs.
                 for i in range(explorers):
-                    explorer_env = {**tensors, "OMP_NUM_THREADS": str(explorer_threads)}
+                    explorer_env = {
+                        **tensors,
+                        "OMP_NUM_THREADS": str(explorer_threads),
+                        **gpus.get(f"explorer-{i}", {}),
+                    }
                     stack._add_service(f"explorer-{i}", explorer_env, service="explorer")
             if trackers_dir is not None:
                 stack._add_service("trackers", {**base, "TRINITY_TRACKERS_DIR": str(trackers_dir)})
@@ -207,7 +231,7 @@ class LocalStack:
         return stack
 
     def _start_redis(self, timeout: float) -> None:
-        port, directory = free_port(), self.log_dir / "redis"
+        port, directory = self._new_port(), self.log_dir / "redis"
         directory.mkdir(exist_ok=True)
         self.redis = RedisServer(url=f"redis://127.0.0.1:{port}/0", data_dir=directory)
         # Its early errors (a taken port) land in the file it logs to once started.
@@ -216,7 +240,7 @@ class LocalStack:
         self.redis.wait_until_ready(timeout)
 
     def _add_service(self, name: str, env: dict[str, str], service: str | None = None) -> None:
-        port = free_port()
+        port = self._new_port()
         env = {**env, "TRINITY_INSTANCE_ID": f"{name}-{port}", PARENT_ENV: str(os.getpid())}
         handle = ServiceHandle(name, port, self.log_dir / f"{name}.log", service or name, env)
         command = [sys.executable, "-m", "trinity.runtime.serve", handle.service, "--port", str(port)]
@@ -227,7 +251,7 @@ class LocalStack:
     def add_console(self, port: int, timeout: float = 60.0) -> str:
         """The console (the web UI) on `port` (0: any free one), supervised like the services; its URL once it
         answers. It serves HTTP, not gRPC: its health is its /health page."""
-        port = port or free_port()
+        port = port or self._new_port()
         env = {**self.services["gateway"].env, "TRINITY_GATEWAY": self.gateway, "TRINITY_CONSOLE_HOST": "127.0.0.1"}
         handle = ServiceHandle("console", port, self.log_dir / "console.log", "console", env)
         self.services["console"] = handle  # last in: stopped first
@@ -335,21 +359,28 @@ class LocalStack:
         return self.services[name]
 
     def down(self, grace: float = 30.0) -> None:
-        """Stop services in reverse start order: explorers and trainer drain before buffer and gateway. The trackers
-        go first, on their own: their drain writes the runs that just ended, which needs the gateway up."""
+        """Stop services in waves, within `grace` s in all: the trackers first (their drain writes the runs that just
+        ended, which needs the gateway up), then explorers and trainer (their last reports need the gateway: signalled
+        together with it, they retried until their own shutdown timeouts of 30 and 60 s), then buffer and gateway,
+        which get at least `CORE_GRACE_S` of their own."""
         with self._changed:
             self._stopping.set()  # from here on nothing is restarted
             self._changed.notify_all()
-        running = [h.process for h in reversed(self.services.values()) if h.process and h.process.poll() is None]
-        trackers = self.services.get("trackers")
-        first = [p for p in running if trackers is not None and p is trackers.process]
+        running = {n: h.process for n, h in reversed(self.services.items()) if h.process and h.process.poll() is None}
+        core = ("buffer", "gateway")
+        waves = (
+            [p for n, p in running.items() if n == "trackers"],
+            [p for n, p in running.items() if n != "trackers" and n not in core],
+            [p for n, p in running.items() if n in core],
+        )
         deadline = time.monotonic() + grace
-        for wave in (first, [p for p in running if p not in first]):
+        for index, wave in enumerate(waves):
+            floor = CORE_GRACE_S if index == len(waves) - 1 else 0.1
             for process in wave:
                 process.send_signal(signal.SIGTERM)
             for process in wave:
                 try:
-                    process.wait(timeout=max(0.1, deadline - time.monotonic()))
+                    process.wait(timeout=max(floor, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait()

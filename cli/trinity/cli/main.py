@@ -105,5 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FileNotFoundError as err:  # a missing program or file the user must provide
         print(f"trinity: {err}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as err:  # the shell's codes: 128 + SIGINT, 128 + SIGTERM (`trinity run`)
+        from trinity.cli.commands import Terminated
+
+        return 143 if isinstance(err, Terminated) else 130

@@ -4,7 +4,7 @@ Parsing a config already checks every registry name in it (workflow, reward, alg
 `trinity.config.registered`); what parsing leaves for later is added here:
 - the stage overlays, which are merged and validated only when the stages are built;
 - for `trinity run` and `trinity bench`, the files the config names on this machine: the model directory and
-  every task set and offline data file, of every stage.
+  every task set and offline data file, of every stage; and the GPUs each process is given (`placement`).
 
 `trinity submit` checks the stages but no files: the buffer and the explorers read the files on their own
 machines (a compose stack sees `/examples`, this machine may not), so a file missing here proves nothing there,
@@ -17,6 +17,7 @@ import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from trinity.cli.placement import VISIBLE, visible_devices
 from trinity.config import RunConfig
 from trinity.config.errors import ConfigError
 from trinity.config.resolved import resolved_run
@@ -36,7 +37,14 @@ def local_run(config: RunConfig) -> RunConfig:
         for field, path in _data_files(stage, prefix):
             if not Path(path).exists():
                 raise ConfigError(field, f"no such file: {path}")
+    process_devices(config.stage_configs())
     return config
+
+
+def process_devices(stages: Sequence[RunConfig]) -> dict[str, str]:
+    """CUDA_VISIBLE_DEVICES of each process `trinity run` starts for `stages` that sets it (`placement`)."""
+    explorers = max(stage.explorer.num_workers for stage in stages)
+    return visible_devices(stages, explorers, os.environ.get(VISIBLE))
 
 
 def submitted_run(config: RunConfig) -> RunConfig:

@@ -59,8 +59,11 @@ WORKFLOW_INPUTS: Mapping[str, frozenset[RowInput]] = MappingProxyType(
         "math": frozenset({RowInput.REWARD_BASELINES}),
         "countdown": frozenset({RowInput.REWARD_BASELINES}),
         "multi_turn": frozenset(),
+        "react": frozenset(),
         "multi_step": _MULTI_STEP,
         "frozen_lake": _MULTI_STEP,
+        "textworld": _MULTI_STEP,
+        "scienceworld": _MULTI_STEP,
     }
 )
 

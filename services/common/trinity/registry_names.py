@@ -54,12 +54,23 @@ KINDS: Mapping[str, Kind] = {
         {
             **_same(f"{_WORKFLOWS}.single_turn", "math", "countdown"),
             "multi_turn": f"{_WORKFLOWS}.multi_turn",
+            "react": f"{_WORKFLOWS}.react",
             "multi_step": f"{_WORKFLOWS}.multi_step",
             "frozen_lake": f"{_WORKFLOWS}.frozen_lake",
+            "textworld": f"{_WORKFLOWS}.textworld",
+            "scienceworld": f"{_WORKFLOWS}.scienceworld",
         },
     ),
-    "step_environment": Kind("trinity.step_environments", {"frozen_lake": f"{_WORKFLOWS}.frozen_lake"}),
+    "step_environment": Kind(
+        "trinity.step_environments",
+        {
+            "frozen_lake": f"{_WORKFLOWS}.frozen_lake",
+            "textworld": f"{_WORKFLOWS}.textworld",
+            "scienceworld": f"{_WORKFLOWS}.scienceworld",
+        },
+    ),
     "chat_environment": Kind("trinity.chat_environments", {"guess_number": f"{_WORKFLOWS}.multi_turn"}),
+    "tool": Kind("trinity.tools", {"calculator": "trinity.explorer.tools.builtin"}),
     "reward": Kind(
         "trinity.rewards",
         {

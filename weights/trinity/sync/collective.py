@@ -315,7 +315,7 @@ class WeightReceiver(SyncReceiver):
             raise
 
     def _protocol_error(self, problem: str) -> tuple[int, Iterator[tuple[str, torch.Tensor]]]:
-        self.transport.broken = problem
+        self.transport.mark_broken(problem)
         raise SyncError(f"sync protocol error on rank {self.rank}: {problem}; re-form the group")
 
     def close(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -43,3 +44,11 @@ def device_identity(device: torch.device) -> str:
     """What two members compare before sharing memory: same host and the same GPU (or both host memory)."""
     where = gpu_uuid(device) if device.type == "cuda" else device.type
     return f"{host_id()}|{where}"
+
+
+def device_option(backend: str, device: torch.device | None) -> dict[str, Any]:
+    """`open_sender` / `open_receiver` options that put a GPU backend on this member's own device (`cuda:N` as
+    configured, not the calling thread's current device); gloo moves CPU tensors and checkpoint files: none."""
+    if device is None or device.type != "cuda" or backend not in ("nccl", "cuda_ipc"):
+        return {}
+    return {"device": device}

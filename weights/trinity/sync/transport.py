@@ -3,12 +3,15 @@
 The group is built directly from a `TCPStore` + `PrefixStore` (not `init_process_group`), so it never
 touches the default group a trainer may already use for FSDP/Megatron, and several generations can
 live in one process. gloo and NCCL share every line except the process-group constructor and the device.
+
+Nothing here changes the process's environment: what NCCL reads from it at construction (blocking wait, error
+handling) would also reach every later group of the process, the trainer's FSDP/Megatron groups included. A
+collective is bounded by `work.wait(timeout)` on the calling thread instead, and a failed group is aborted at once.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import struct
 from datetime import timedelta
 from typing import Any
@@ -21,6 +24,10 @@ from trinity.sync.protocol import decode_message, encode_message
 from trinity.sync.spec import SyncGroupSpec
 
 PROCESS_GROUP_BACKENDS = ("gloo", "nccl")
+# NCCL's watchdog tears the whole process down when an operation outlives the group's own timeout. Ours, the
+# bound passed to `work.wait`, fires this much earlier, so the calling thread sees the failure first and aborts
+# the group (which stops the watchdog) before that could happen.
+NCCL_WATCHDOG_GRACE = timedelta(seconds=30)
 
 
 def default_device(backend: str) -> torch.device:
@@ -82,7 +89,13 @@ class GroupTransport:
         )
 
     def mark_broken(self, reason: str) -> None:
-        self.broken = reason
+        """Record the first failure and abort the group: its peers may be dead or stalled, and an NCCL
+        communicator that saw an error must be aborted (not destroyed, which waits for every peer)."""
+        if self.broken is None:
+            self.broken = reason
+        if self._group is not None:
+            with contextlib.suppress(Exception):
+                self._group.abort()
 
     def connect(self) -> None:
         spec = self.spec
@@ -92,7 +105,7 @@ class GroupTransport:
         except SyncError:
             raise
         except Exception as err:
-            self.broken = repr(err)
+            self.mark_broken(repr(err))
             raise SyncError(
                 f"could not join sync group {spec.name} generation {spec.generation} at {spec.host}:{spec.port} "
                 f"as rank {self.rank} within {spec.join_timeout_s}s: {err}"
@@ -103,19 +116,31 @@ class GroupTransport:
         # Joining waits for the slowest member to start (join_timeout_s); each collective then gets timeout_s.
         if spec.backend == "gloo":
             group = dist.ProcessGroupGloo(store, self.rank, spec.world_size, spec.join_timeout)
-        else:
-            # Without blocking wait, NCCL's work.wait() only orders CUDA streams and a dead peer surfaces as a
-            # watchdog abort of the whole process; with it, wait() blocks the CPU and raises on timeout.
-            os.environ.setdefault("TORCH_NCCL_BLOCKING_WAIT", "1")
-            nccl = getattr(dist, "ProcessGroupNCCL", None)
-            if nccl is None:
-                raise SyncError("this torch build has no NCCL; install a CUDA build or use backend 'gloo'")
-            options = nccl.Options()
-            options._timeout = spec.join_timeout
-            group = nccl(store, self.rank, spec.world_size, options)
-        if hasattr(group, "_set_default_timeout"):
             group._set_default_timeout(spec.timeout)
+            return group
+        if self.device.type != "cuda":
+            raise SyncError(f"backend 'nccl' needs a CUDA device; sync group {spec.name} was given {self.device}")
+        nccl = getattr(dist, "ProcessGroupNCCL", None)
+        if nccl is None:
+            raise SyncError("this torch build has no NCCL; install a CUDA build or use backend 'gloo'")
+        options = nccl.Options()
+        options._timeout = spec.join_timeout
+        group = nccl(store, self.rank, spec.world_size, options)
+        try:
+            # The communicator is made now, on this member's device: not later on whatever device the calling
+            # thread has current (cuda:0 in a fresh thread), and a member that cannot join fails here.
+            group.eager_connect_single_device(self.device)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                group.abort()
+            raise
+        group._set_default_timeout(self.operation_timeout)
         return group
+
+    @property
+    def operation_timeout(self) -> timedelta:
+        """The group's own bound on an operation; `spec.timeout` is enforced by `work.wait` before it."""
+        return self.spec.timeout + NCCL_WATCHDOG_GRACE if self.spec.backend == "nccl" else self.spec.timeout
 
     def ensure_usable(self) -> None:
         if self._group is None:
@@ -130,7 +155,7 @@ class GroupTransport:
         try:
             work.wait(timedelta(seconds=self.spec.timeout_s))
         except Exception as err:
-            self.broken = f"{what}: {err}"
+            self.mark_broken(f"{what}: {err}")
             raise SyncError(
                 f"sync group {self.spec.name} generation {self.spec.generation}: {what} failed on rank {self.rank} "
                 f"(a member died or stalled; timeout {self.spec.timeout_s}s): {err}"
@@ -145,11 +170,11 @@ class GroupTransport:
         self.ensure_usable()
         options = dist.BroadcastOptions()
         options.rootRank, options.rootTensor = 0, 0
-        options.timeout = self.spec.timeout
+        options.timeout = self.operation_timeout
         try:
             return self._group.broadcast([tensor], options), what
         except Exception as err:
-            self.broken = f"{what}: {err}"
+            self.mark_broken(f"{what}: {err}")
             raise SyncError(f"{what} failed on rank {self.rank}: {err}") from err
 
     def wait(self, handle: tuple[Any, str]) -> None:
@@ -180,15 +205,16 @@ class GroupTransport:
         try:
             work = self._group.allgather([out], [mine])
         except Exception as err:
-            self.broken = f"status: {err}"
+            self.mark_broken(f"status: {err}")
             raise SyncError(f"status exchange failed on rank {self.rank}: {err}") from err
         self._wait(work, "status exchange")
         return [(int(t[0]), int(t[1])) for t in out]
 
     def close(self) -> None:
+        """Returns without waiting for peers after a failure (the group was aborted then); a healthy group is
+        shut down cleanly."""
         group, self._group = self._group, None
-        if group is not None and hasattr(group, "shutdown") and self.spec.backend == "nccl":
-            # An aborted NCCL communicator may refuse a clean shutdown; dropping it is enough.
+        if group is not None and self.broken is None:
             with contextlib.suppress(Exception):
                 group.shutdown()
         self._prefixed = None

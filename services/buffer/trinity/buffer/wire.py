@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import grpc
 
@@ -126,6 +126,8 @@ def field_slices(data: bytes, tag: int) -> list[memoryview] | None:
 @dataclass
 class PutExperiencesWire:
     """A parsed PutExperiencesRequest with each experience's bytes as sent (`payloads[i]` is `experiences[i]`)."""
+
+    DESCRIPTOR: ClassVar[Any] = buffer_pb2.PutExperiencesRequest.DESCRIPTOR  # the type it parses, for errors
 
     request: buffer_pb2.PutExperiencesRequest
     payloads: list[memoryview] | None

@@ -12,17 +12,21 @@ from typing import Any, Literal
 
 from pydantic import Field, FieldSerializationInfo, ValidationError, ValidationInfo, field_serializer, field_validator
 
-from trinity.config.base import _Section
-from trinity.config.registered import ChatEnvironmentName, RewardSpec, StepEnvironmentName, WorkflowName
+from trinity.config.base import _check_devices, _Section
+from trinity.config.registered import ChatEnvironmentName, RewardSpec, StepEnvironmentName, ToolName, WorkflowName
 
 DType = Literal["float32", "bfloat16", "float16"]
+# How a model writes a tool call: Hermes / Qwen `<tool_call>{json}</tool_call>`, or Llama 3.1's bare JSON object.
+ToolCallFormat = Literal["hermes", "llama3"]
 
 
 class VllmEngineOptions(_Section):
     """`engine_options` of `engine: vllm`: vLLM's offline `LLM`, in-process (defaults measured on 2 CPU cores)."""
 
     dtype: DType | None = Field(
-        default=None, description="sampling dtype, also the dtype weight updates are sent in; unset = model.dtype"
+        default=None,
+        description="sampling dtype, also the dtype weight updates are sent in; unset = bfloat16 on a GPU (updates "
+        "sent in model.dtype, cast on load), model.dtype on a CPU",
     )
     max_model_len: int | None = Field(
         default=None, gt=0, description="context limit; unset = model.max_prompt_tokens + model.max_response_tokens"
@@ -36,7 +40,10 @@ class VllmEngineOptions(_Section):
         description="KV block in tokens (CPU build: a multiple of 32; unset = vLLM's 128 there); the samples of "
         "one prompt share its cached full blocks, so a block no longer than the prompt lets them share it",
     )
-    enforce_eager: bool = Field(default=True, description="no CUDA graphs or compilation (faster start)")
+    enforce_eager: bool | None = Field(
+        default=None,
+        description="no CUDA graphs or compilation (faster start); unset = off on a GPU (CUDA graphs), on on a CPU",
+    )
     logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = Field(
         default="processed_logprobs",
         description="log-probs of the distribution sampled from (after temperature, top-k, top-p), or the raw one",
@@ -50,7 +57,9 @@ class TransformersEngineOptions(_Section):
     """`engine_options` of `engine: transformers`: Hugging Face `generate`, one request at a time."""
 
     dtype: DType | None = Field(
-        default=None, description="sampling dtype, also the dtype weight updates are sent in; unset = model.dtype"
+        default=None,
+        description="sampling dtype, also the dtype weight updates are sent in; unset = bfloat16 on a GPU (updates "
+        "sent in model.dtype, cast on load), model.dtype on a CPU",
     )
     device: str = Field(default="cpu", description="torch device of the model (`cpu`, `cuda`, `cuda:1`, ...)")
 
@@ -78,6 +87,20 @@ class MultiTurnWorkflowOptions(_Section):
     reward_fn: RewardSpec = Field(default="", description="reward of the last model turn, added to the environment's")
 
 
+class ReactWorkflowOptions(_Section):
+    """`workflow_options` of `react`: the model calls registered tools until it answers; the answer is scored."""
+
+    tools: tuple[ToolName, ...] = Field(default=("calculator",), min_length=1, description="registered tools offered")
+    tool_call_format: ToolCallFormat = Field(
+        default="hermes",
+        description="hermes: <tool_call>{json}</tool_call> (Qwen, ChatML, SmolLM2); llama3: a JSON object reply",
+    )
+    max_turns: int = Field(default=4, ge=1, description="model turns per episode at most (tool calls and the answer)")
+    tool_timeout_s: float = Field(default=5.0, gt=0, description="a tool call running longer answers a timeout error")
+    system_prompt: str | None = Field(default=None, description="system turn before the task, above the tool list")
+    reward_fn: RewardSpec = Field(default="", description="reward of the final answer; empty = the task's reward_fn")
+
+
 class FrozenLakeWorkflowOptions(_Section):
     """`workflow_options` of `frozen_lake`: one experience per step of a FrozenLake episode."""
 
@@ -91,13 +114,38 @@ class MultiStepWorkflowOptions(FrozenLakeWorkflowOptions):
     environment: StepEnvironmentName = Field(default="frozen_lake", description="registered step environment")
 
 
-WorkflowOptions = MathWorkflowOptions | MultiTurnWorkflowOptions | MultiStepWorkflowOptions | FrozenLakeWorkflowOptions
+class TextWorldWorkflowOptions(FrozenLakeWorkflowOptions):
+    """`workflow_options` of `textworld`: one experience per step of a TextWorld game."""
+
+    games_dir: str = Field(
+        default="", description="where generated games are compiled and cached; empty = ~/.cache/trinity/textworld"
+    )
+
+
+class ScienceWorldWorkflowOptions(FrozenLakeWorkflowOptions):
+    """`workflow_options` of `scienceworld`: one experience per step of a ScienceWorld task."""
+
+    max_listed_actions: int = Field(default=50, ge=1, description="valid actions an observation lists at most")
+
+
+WorkflowOptions = (
+    MathWorkflowOptions
+    | MultiTurnWorkflowOptions
+    | ReactWorkflowOptions
+    | MultiStepWorkflowOptions
+    | FrozenLakeWorkflowOptions
+    | TextWorldWorkflowOptions
+    | ScienceWorldWorkflowOptions
+)
 WORKFLOW_OPTIONS: dict[str, type[WorkflowOptions]] = {
     "math": MathWorkflowOptions,
     "countdown": MathWorkflowOptions,
     "multi_turn": MultiTurnWorkflowOptions,
+    "react": ReactWorkflowOptions,
     "multi_step": MultiStepWorkflowOptions,
     "frozen_lake": FrozenLakeWorkflowOptions,
+    "textworld": TextWorldWorkflowOptions,
+    "scienceworld": ScienceWorldWorkflowOptions,
 }
 
 
@@ -143,6 +191,16 @@ class ExplorerConfig(_Section):
         description="settings of the chosen workflow (WORKFLOW_OPTIONS); a plugin workflow's constructor arguments",
     )
     num_workers: int = Field(default=1, ge=1, description="explorer processes in the run")
+    devices: tuple[int, ...] | None = Field(
+        default=None,
+        description="`trinity run`: GPUs (indices on the host) of the explorers, split evenly in order (explorer i "
+        "sees the i-th share: CUDA_VISIBLE_DEVICES); [] = none; unset = every GPU",
+    )
+    colocate: bool = Field(
+        default=False,
+        description="allow explorer.devices to share GPUs with trainer.devices (then lower "
+        "engine_options.gpu_memory_utilization to leave the trainer room); overlapping devices are an error otherwise",
+    )
     threads: int = Field(
         default=0,
         ge=0,
@@ -181,9 +239,21 @@ class ExplorerConfig(_Section):
         default=0, ge=0, le=65535, description="serve: port; 0 = pick a free one (reported in events)"
     )
     session_ttl_seconds: float = Field(default=3600.0, gt=0, description="serve: sessions without feedback expire")
+    served_model_name: str = Field(
+        default="",
+        max_length=256,
+        description="serve: the model id replies and /v1/models give; empty = the run's name",
+    )
+    keep_serving_after_last_step: bool = Field(
+        default=False,
+        description="serve: after the last train step, answer calls (untrained) until the run is stopped; it then "
+        "succeeds",
+    )
     bench_output: str = Field(
         default="", description="bench: path of the JSON report; empty = <checkpoint_dir or cwd>/bench_report.json"
     )
+
+    _devices = field_validator("devices")(_check_devices)
 
     @field_validator("engine_options", mode="before")
     @classmethod

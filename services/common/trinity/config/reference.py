@@ -12,7 +12,7 @@ import types
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
@@ -93,7 +93,10 @@ def type_name(annotation: Any, paths: dict[type[BaseModel], str]) -> str:
     if origin in (Union, types.UnionType):  # members of one shape union are one section
         return " \\| ".join(dict.fromkeys(type_name(a, paths) for a in get_args(annotation)))
     if origin in (tuple, list):
-        return f"list of {type_name(get_args(annotation)[0], paths)}"
+        item = get_args(annotation)[0]
+        if get_origin(item) is Annotated:  # a checked name (`ToolName`) reads as its type
+            item = get_args(item)[0]
+        return f"list of {type_name(item, paths)}"
     if origin is dict:
         key, value = get_args(annotation)
         return f"mapping {type_name(key, paths)} -> {type_name(value, paths)}"

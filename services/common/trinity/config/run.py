@@ -106,6 +106,16 @@ class RunConfig(_Section):
                 f"algorithm.algorithm_type: {self.algorithm.algorithm_type!r} needs per-row {sources}, which "
                 f"workflow {self.explorer.workflow!r} in mode {self.mode!r} does not supply"
             )
+        shared = _shared_devices(self.trainer.devices, self.explorer.devices)
+        if shared and not self.explorer.colocate:
+            raise ValueError(
+                f"explorer.devices: {shared} overlaps trainer.devices (unset = every GPU); give each its own GPUs, "
+                "or set explorer.colocate: true to share them"
+            )
+        if self.explorer.keep_serving_after_last_step and self.mode != RunMode.SERVE:
+            raise ValueError(
+                f"explorer.keep_serving_after_last_step: only mode 'serve' has an endpoint to keep (mode {self.mode!r})"
+            )
         judged = [t for t in (*train, *self.buffer.eval_tasksets) if t.reward_fn in JUDGE_REWARDS]
         if judged and self.explorer.judge is None:
             raise ValueError(
@@ -137,8 +147,9 @@ class RunConfig(_Section):
 
     @property
     def engine_dtype(self) -> DType:
-        """The dtype the explorer's engine holds its weights in: `explorer.engine_options.dtype`, else
-        `model.dtype`. The explorer builds its engine in it; the trainer publishes weights in it."""
+        """The dtype the trainer publishes weights in: `explorer.engine_options.dtype`, else `model.dtype`. A CPU
+        explorer builds its engine in it too; a GPU explorer with no dtype set samples in bfloat16 and casts each
+        update on load (`trinity.explorer.runner.engine_settings`)."""
         return self.explorer.engine_options.dtype or self.model.dtype
 
     def stage_configs(self) -> list[RunConfig]:
@@ -152,7 +163,22 @@ class RunConfig(_Section):
             except ValidationError as err:
                 raise ConfigError(f"stages[{i}]", format_validation_error(err).replace("\n", "; ")) from None
             base = merged
+        for i, config in enumerate(configs[:-1]):
+            if config.explorer.keep_serving_after_last_step:  # serving on would hold the next stage back for ever
+                where = "explorer" if i == 0 else f"stages[{i - 1}].explorer"
+                raise ConfigError(f"{where}.keep_serving_after_last_step", "only the last stage may keep serving")
         return configs
+
+
+def _shared_devices(trainer: tuple[int, ...] | None, explorer: tuple[int, ...] | None) -> str:
+    """The GPUs both sections would use, in words ('' for none); an unset section uses every GPU."""
+    if trainer == () or explorer == ():
+        return ""
+    if trainer is None or explorer is None:
+        given = trainer if explorer is None else explorer
+        return "" if given is None else f"GPUs {list(given)}"  # both unset: the run does not place its processes
+    common = sorted(set(trainer) & set(explorer))
+    return f"GPUs {common}" if common else ""
 
 
 def _deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, Tag, model_validator
+from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
-from trinity.config.base import _Section
+from trinity.config.base import _check_devices, _Section
 
 
 class OptimizerSection(_Section):
@@ -64,6 +64,13 @@ class _TrainerSection(_Section):
     start_timeout_s: float = Field(default=300.0, gt=0, description="limit on rank start-up (model load, joining)")
     command_timeout_s: float = Field(default=1800.0, gt=0, description="limit on one train step, save or export")
     collective_timeout_s: float = Field(default=600.0, gt=0, description="torch.distributed collective timeout")
+    devices: tuple[int, ...] | None = Field(
+        default=None,
+        description="`trinity run`: GPUs (indices on the host) the trainer process and its local ranks see "
+        "(CUDA_VISIBLE_DEVICES; one per local rank at least); [] = none; unset = every GPU",
+    )
+
+    _devices = field_validator("devices")(_check_devices)
 
 
 class TorchTrainerConfig(_TrainerSection):
@@ -86,9 +93,10 @@ class TorchTrainerConfig(_TrainerSection):
     weights_dtype: Literal["auto", "float32", "bfloat16"] = Field(
         default="auto", description="dtype of the trained weights; auto = bfloat16 on a GPU, model.dtype on a CPU"
     )
-    fp32_master_weights: bool = Field(
-        default=False,
-        description="with bfloat16 weights: the optimizer updates float32 master weights, compute runs in bfloat16",
+    fp32_master_weights: bool | None = Field(
+        default=None,
+        description="with bfloat16 weights: the optimizer updates float32 master weights, compute runs in bfloat16; "
+        "unset = on where the weights are bfloat16 on a GPU (a bf16 AdamW update at lr 1e-6 rounds away), off on a CPU",
     )
     local_ranks: int | None = Field(
         default=None,

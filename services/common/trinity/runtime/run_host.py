@@ -7,12 +7,14 @@ while one is active is refused with FAILED_PRECONDITION; StopRun stops the curre
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from trinity.config import RunConfig
 from trinity.runtime.errors import FailedPrecondition, InvalidArgument, bounded
 from trinity.runtime.limits import MAX_TEXT_CHARS
+from trinity.runtime.logging import get_logger
 from trinity.runtime.status import service_status
 from trinity.v1 import common_pb2, explorer_pb2, gateway_pb2
 
@@ -34,6 +36,9 @@ class Runner(Protocol):
     def stop(self, reason: explorer_pb2.StopReason, detail: str = "") -> None: ...
 
     def join(self, timeout: float | None = None) -> None: ...
+
+
+log = get_logger(__name__)
 
 
 class RunHost:
@@ -88,10 +93,17 @@ class RunHost:
         return self.status()
 
     def shutdown(self, timeout: float = 60.0) -> None:
+        """After the RPC drain (`service.draining`), the run's own wrap-up (a trainer's step and checkpoint, an
+        explorer's rollout batch) gets up to `timeout` s; both waits are logged, so the exit matches its logs."""
         runner = self.runner
         if runner is not None:
+            log.info("service.run_stopping", run_id=runner.run_id, state=runner.state, timeout_seconds=timeout)
+            started = time.monotonic()
             runner.stop(explorer_pb2.STOP_REASON_SHUTDOWN, "service shutting down")
             runner.join(timeout=timeout)
+            log.info(
+                "service.run_stopped", run_id=runner.run_id, state=runner.state, seconds=time.monotonic() - started
+            )
 
 
 class _Reports(Protocol):

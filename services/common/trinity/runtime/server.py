@@ -30,9 +30,11 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf import descriptor, descriptor_pool
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from trinity.runtime.corrupt import CorruptRequestInterceptor
 from trinity.runtime.logging import get_logger
 from trinity.runtime.settings import ServiceSettings
 
@@ -40,8 +42,11 @@ log = get_logger(__name__)
 
 _OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 
-# Long idle streams (WatchRun) are kept alive by client pings every 30 s; allow them.
-_KEEPALIVE_OPTIONS = [
+_SERVER_OPTIONS = [
+    # grpc turns SO_REUSEPORT on by default: a second server on a taken port then binds silently and takes a share
+    # of its calls ("Method not found" from the wrong service). Off, the second bind fails and says so.
+    ("grpc.so_reuseport", 0),
+    # Long idle streams (WatchRun) are kept alive by client pings every 30 s; allow them.
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
     ("grpc.http2.max_pings_without_data", 0),
@@ -78,6 +83,34 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
         if handler is not None and handler.response_streaming:
             return self._deny_stream
         return self._deny
+
+
+class MethodAwarePool:
+    """The default descriptor pool for server reflection, which also finds the file of a method.
+
+    `grpcurl describe pkg.Service.Method` asks reflection for the file containing the method's name, and
+    protobuf's Python pool knows only messages, enums, services and extensions by name ("Symbol not found").
+    """
+
+    def __init__(self, pool: descriptor_pool.DescriptorPool | None = None) -> None:
+        self._pool = pool or descriptor_pool.Default()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pool, name)
+
+    def FindFileContainingSymbol(self, symbol: str) -> descriptor.FileDescriptor:  # the pool's own API name
+        try:
+            return self._pool.FindFileContainingSymbol(symbol)
+        except KeyError:
+            service, _, method = symbol.rpartition(".")
+            try:
+                found = self._pool.FindServiceByName(service)
+            except KeyError:
+                pass
+            else:
+                if method in found.methods_by_name:
+                    return found.file
+            raise
 
 
 def message_size_options(max_message_mb: int) -> list[tuple[str, int]]:
@@ -123,7 +156,7 @@ class GrpcServer:
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         names = [*registration.service_names, health.SERVICE_NAME, reflection.SERVICE_NAME]
-        reflection.enable_server_reflection(names, self._server)
+        reflection.enable_server_reflection(names, self._server, pool=MethodAwarePool())
         try:
             self.port = settings.tls.bind(self._server, f"{settings.host}:{settings.port}")
         except RuntimeError as err:  # grpc.aio raises where the synchronous server returned port 0
@@ -136,11 +169,14 @@ class GrpcServer:
 
     async def _create_server(self) -> grpc.aio.Server:
         """Made on the loop: grpc.aio binds a server to the loop running where it is created."""
-        interceptors = [BearerTokenInterceptor(self.settings.auth_token)] if self.settings.auth_token else []
+        # The token is checked first: an unauthenticated caller learns nothing, not even that its bytes parse.
+        interceptors: list[grpc.aio.ServerInterceptor] = [CorruptRequestInterceptor()]
+        if self.settings.auth_token:
+            interceptors.insert(0, BearerTokenInterceptor(self.settings.auth_token))
         return grpc.aio.server(
             migration_thread_pool=self._pool,
             interceptors=interceptors,
-            options=[*message_size_options(self.settings.max_message_mb), *_KEEPALIVE_OPTIONS],
+            options=[*message_size_options(self.settings.max_message_mb), *_SERVER_OPTIONS],
         )
 
     def _on_loop(self, coroutine: Coroutine[Any, Any, T]) -> T:

@@ -3,8 +3,9 @@
 Templates that know tools (Qwen2.5/3, Llama-3.1, SmolLM3, ...) get the `tools=` argument of
 `apply_chat_template`. Templates that do not (plain ChatML, SmolLM2) would silently drop the tools,
 so for them the tool list goes into the system message with instructions to answer in the Hermes
-format, and earlier assistant tool calls are written back in that same format: the model always sees
-the format it is asked to produce. Either way the reply is parsed for `<tool_call>{json}</tool_call>`.
+format (or Llama 3.1's bare JSON object, for the `react` workflow's `llama3` format), and earlier
+assistant tool calls are written back in that same format: the model always sees the format it is
+asked to produce. The OpenAI endpoint parses replies for `<tool_call>{json}</tool_call>`.
 """
 
 from __future__ import annotations
@@ -15,12 +16,19 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from trinity.config.explorer import ToolCallFormat
+
 TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 
 TOOLS_SYSTEM_PROMPT = (
     "Functions you may call:\n<tools>\n{tools}\n</tools>\n"
     'To call one, reply <tool_call>{{"name": ..., "arguments": {{...}}}}</tool_call>'
 )
+LLAMA3_TOOLS_SYSTEM_PROMPT = (
+    "Functions you may call:\n{tools}\n"
+    'To call one, reply with only a JSON object {{"name": ..., "parameters": {{...}}}}'
+)
+_SYSTEM_PROMPTS = {"hermes": TOOLS_SYSTEM_PROMPT, "llama3": LLAMA3_TOOLS_SYSTEM_PROMPT}
 
 
 def template_supports_tools(tokenizer: Any) -> bool:
@@ -40,14 +48,24 @@ def content_text(content: Any) -> str:
     return "".join(part.get("text", "") for part in content if isinstance(part, dict) and part.get("type") == "text")
 
 
-def render_chat(tokenizer: Any, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None) -> str:
-    """The prompt text (chat template + generation prompt) for an OpenAI-style chat with optional tools."""
+def render_chat(
+    tokenizer: Any,
+    messages: Sequence[dict[str, Any]],
+    tools: Sequence[dict[str, Any]] | None,
+    call_format: ToolCallFormat = "hermes",
+) -> str:
+    """The prompt text (chat template + generation prompt) for an OpenAI-style chat with optional tools.
+
+    `call_format` is the format a template without tool support is taught (a template with it teaches its own).
+    """
     if tools and template_supports_tools(tokenizer):
         native = [_native_message(m) for m in messages]
         return str(tokenizer.apply_chat_template(native, tools=list(tools), tokenize=False, add_generation_prompt=True))
-    flat = [_flat_message(m) for m in messages]
+    flat = [_flat_message(m, call_format) for m in messages]
     if tools:
-        prompt = TOOLS_SYSTEM_PROMPT.format(tools="\n".join(json.dumps(t, separators=(",", ":")) for t in tools))
+        prompt = _SYSTEM_PROMPTS[call_format].format(
+            tools="\n".join(json.dumps(t, separators=(",", ":")) for t in tools)
+        )
         if flat and flat[0]["role"] == "system":
             flat[0] = {"role": "system", "content": f"{flat[0]['content']}\n\n{prompt}"}
         else:
@@ -112,15 +130,15 @@ def _native_message(message: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _flat_message(message: dict[str, Any]) -> dict[str, str]:
-    """A message for a template without tool support: tool calls written out in the Hermes format."""
+def _flat_message(message: dict[str, Any], call_format: ToolCallFormat) -> dict[str, str]:
+    """A message for a template without tool support: tool calls written out in `call_format`."""
     text = content_text(message.get("content"))
     for call in message.get("tool_calls") or []:
-        payload = {
-            "name": call["function"]["name"],
-            "arguments": _json_or_text(call["function"].get("arguments", "{}")),
-        }
-        text += f"\n<tool_call>\n{json.dumps(payload)}\n</tool_call>"
+        name, arguments = call["function"]["name"], _json_or_text(call["function"].get("arguments", "{}"))
+        if call_format == "llama3":
+            text += "\n" + json.dumps({"name": name, "parameters": arguments})
+        else:
+            text += f"\n<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
     return {"role": message["role"], "content": text.strip() if message.get("tool_calls") else text}
 
 

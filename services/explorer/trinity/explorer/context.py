@@ -77,6 +77,7 @@ class ExplorerContext(ReportingRunner):
         reporter: RunReporter,
         stop: threading.Event,
         abandon: threading.Event | None = None,
+        training_finished: threading.Event | None = None,
         on_engine_failure: EngineFailure | None = None,
         steering: Steering | None = None,
     ) -> None:
@@ -90,6 +91,7 @@ class ExplorerContext(ReportingRunner):
         self.reporter = reporter
         self._stop = stop
         self._abandon = abandon or threading.Event()
+        self._training_finished = training_finished or threading.Event()
         self.on_engine_failure = on_engine_failure
         # Pause and the rollout temperature, as the Steer RPC sets them (the runner owns it: a steer may come
         # while the engine still loads).
@@ -113,6 +115,12 @@ class ExplorerContext(ReportingRunner):
         """Stopped with no wrap-up to do (final weights, final evaluation): the run was cancelled or failed,
         or this process shuts down and a replacement carries on."""
         return self._abandon.is_set()
+
+    @property
+    def training_finished(self) -> bool:
+        """The trainer finished the run's last step while this explorer serves on
+        (`explorer.keep_serving_after_last_step`): calls are answered, nothing more is trained."""
+        return self._training_finished.is_set()
 
     def hold_while_paused(self) -> bool:
         """Wait while exploration is paused (Steer); False when the run stopped meanwhile."""
@@ -204,7 +212,7 @@ class ExplorerContext(ReportingRunner):
 
     def start_weight_feed(self) -> None:
         """Join the run's sync group in the background; versions are staged until applied."""
-        self.feed = WeightFeed(self.gateway, self.run_id, self.instance_id)
+        self.feed = WeightFeed(self.gateway, self.run_id, self.instance_id, device=self.engine.device)
         self.feed.start()
 
     def apply_staged_weights(self, wait_s: float = 0.0) -> None:

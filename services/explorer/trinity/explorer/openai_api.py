@@ -10,6 +10,12 @@ fresh id; it is echoed in the `X-Session-Id` response header and the body's `ses
 response and every streamed chunk carries the weight version that produced it (`model_version`,
 header `X-Model-Version`); the response id is `chatcmpl-<call id>`.
 
+Every error is answered in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`, so that
+OpenAI SDKs show the reason: an invalid body is a 400 whose `param` names the field (FastAPI's 422 is
+not what OpenAI clients expect). A streamed request that cannot be served (a prompt the engine
+refuses, `max_tokens` over the run's limit) is refused before the stream starts, as the same call
+without `stream` is.
+
 Endpoints: `POST /v1/chat/completions`, `POST /feedback` (also `/v1/feedback`), `GET /v1/models`,
 `GET /health`.
 """
@@ -24,15 +30,16 @@ import ssl
 import threading
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
-from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Request
+from fastapi import APIRouter, Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
 
 from trinity.explorer.chat_tools import parse_tool_calls, render_chat
@@ -42,6 +49,7 @@ from trinity.explorer.engines.base import (
     GenerationResult,
     GenerationStream,
     Sample,
+    SampleDelta,
     SamplingSettings,
 )
 from trinity.explorer.openai_schema import ChatCompletionRequest, FeedbackRequest
@@ -61,6 +69,65 @@ ENGINE_THREADS = 256
 T = TypeVar("T")
 
 
+class OpenAIError(Exception):
+    """An error the endpoint answers in OpenAI's shape; `param` names the request field at fault."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+
+    def response(self) -> JSONResponse:
+        kind = "server_error" if self.status >= 500 else "invalid_request_error"
+        error = {"message": self.message, "type": kind, "param": self.param, "code": self.code}
+        return JSONResponse({"error": error}, status_code=self.status)
+
+
+_TYPE_TAGS = frozenset({"str", "int", "float", "bool", "bytes", "list", "dict", "none"})
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    """A validation error's location as a field path: ("body", "messages", 0, "role") -> "messages[0].role".
+
+    Pydantic names the member of a union that failed (`stop.list[constrained-str]`); those tags are dropped."""
+    path = ""
+    for part in loc[1:] if loc and loc[0] == "body" else loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part.isidentifier() and part not in _TYPE_TAGS:
+            path += f".{part}" if path else part
+    return path
+
+
+def _invalid_request(err: RequestValidationError) -> OpenAIError:
+    """FastAPI's 422 as OpenAI's 400: every problem in the message, the first one's field as `param`."""
+    problems = list(dict.fromkeys((_field_path(tuple(e.get("loc", ()))), str(e.get("msg", ""))) for e in err.errors()))
+    message = "; ".join(f"{path}: {msg}" if path else msg for path, msg in problems) or "invalid request body"
+    return OpenAIError(400, message, param=(problems[0][0] or None) if problems else None)
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    async def openai_error(_request: Request, err: Exception) -> Response:
+        assert isinstance(err, OpenAIError)
+        return err.response()
+
+    async def invalid_request(_request: Request, err: Exception) -> Response:
+        assert isinstance(err, RequestValidationError)
+        return _invalid_request(err).response()
+
+    async def http_error(_request: Request, err: Exception) -> Response:  # routing: unknown path, wrong method
+        assert isinstance(err, StarletteHTTPException)
+        return OpenAIError(err.status_code, str(err.detail)).response()
+
+    async def server_error(_request: Request, err: Exception) -> Response:
+        log.exception("serve.request_failed", error=str(err))
+        return OpenAIError(500, f"internal error: {type(err).__name__}: {err}").response()
+
+    app.add_exception_handler(OpenAIError, openai_error)
+    app.add_exception_handler(RequestValidationError, invalid_request)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(Exception, server_error)
+
+
 @dataclass
 class ServeBackend:
     """What the endpoint needs from the explorer.
@@ -68,6 +135,9 @@ class ServeBackend:
     `engine` returns the engine (None while the model loads); `put` stores rewarded calls'
     experiences and returns how many the Buffer accepted; `max_tokens` is the most tokens one
     response may sample (the run's `model.max_response_tokens`) and the default when a call gives none.
+    `training` says whether rewarded calls are still trained on: once it is False (the run's last step
+    is trained, `explorer.keep_serving_after_last_step`) calls are answered but not recorded, and
+    feedback is answered with no experiences.
     """
 
     engine: Callable[[], Engine | None]
@@ -76,6 +146,7 @@ class ServeBackend:
     run_id: str = ""
     max_tokens: int = 1024
     api_key: str | None = None
+    training: Callable[[], bool] = lambda: True
 
 
 def create_app(backend: ServeBackend, sessions: SessionStore | None = None) -> FastAPI:
@@ -91,6 +162,7 @@ def create_app(backend: ServeBackend, sessions: SessionStore | None = None) -> F
         yield
 
     app = FastAPI(title="Trinity explorer (serve mode)", lifespan=lifespan)
+    _install_error_handlers(app)
     store = sessions if sessions is not None else SessionStore()  # an empty store is falsy (__len__)
     app.state.sessions = store
     app.state.abandoned = 0
@@ -101,7 +173,7 @@ def create_app(backend: ServeBackend, sessions: SessionStore | None = None) -> F
     def authorize(authorization: str | None = Header(default=None)) -> None:
         expected = f"Bearer {backend.api_key}".encode()
         if backend.api_key and not secrets.compare_digest((authorization or "").encode(), expected):
-            raise HTTPException(status_code=401, detail="missing or wrong bearer token")
+            raise OpenAIError(401, "missing or wrong bearer token", code="invalid_api_key")
 
     api = APIRouter(dependencies=[Depends(authorize)])
 
@@ -111,6 +183,7 @@ def create_app(backend: ServeBackend, sessions: SessionStore | None = None) -> F
         stats = store.stats()
         return {
             "status": "ok" if engine is not None else "loading",
+            "training": backend.training(),
             "model_version": engine.model_version if engine is not None else 0,
             "calls_in_flight": engine.calls_in_flight if engine is not None else 0,
             "open_sessions": stats.open_sessions,
@@ -132,16 +205,15 @@ def create_app(backend: ServeBackend, sessions: SessionStore | None = None) -> F
     ) -> Response:
         engine = backend.engine()
         if engine is None:
-            raise HTTPException(status_code=503, detail="the model is still loading; retry shortly")
+            raise OpenAIError(503, "the model is still loading; retry shortly", code="model_loading")
         limiter: anyio.CapacityLimiter = request.app.state.engine_threads
         sampling = _sampling(body, backend.max_tokens)
         generation = await _in_thread(limiter, _generation_request, engine, body, sampling)
         try:
             stream = await _in_thread(limiter, engine.stream, generation)
         except Exception as err:
-            if not is_request_error(err):
-                raise
-            raise HTTPException(status_code=400, detail=f"messages: {err}") from None
+            _raise_if_refused(err)
+            raise
         session_id = x_session_id or body.session_id or body.user or uuid.uuid4().hex
         reply = _Reply(
             call_id=uuid.uuid4().hex,
@@ -154,26 +226,41 @@ def create_app(backend: ServeBackend, sessions: SessionStore | None = None) -> F
             tokenizer=engine.tokenizer,
         )
         headers = {SESSION_HEADER: session_id, VERSION_HEADER: str(stream.model_version)}
+
+        def record(calls: list[RecordedCall]) -> None:
+            if backend.training():  # past the run's last step nothing is trained: nothing is kept for feedback
+                store.record(session_id, calls)
+
         if body.stream:
+            # The first delta is awaited before the status line: an engine refuses a request (a prompt over its
+            # context) when it first reads it, and that must be a 400 like the unstreamed call's, not an event.
+            deltas = iter(stream)
+            try:
+                first = await anyio.to_thread.run_sync(next, deltas, None, limiter=limiter, abandon_on_cancel=True)
+            except BaseException as err:
+                stream.close()
+                if isinstance(err, Exception):
+                    _raise_if_refused(err)
+                raise
             include_usage = body.stream_options is not None and body.stream_options.include_usage
-            return _EventStream(reply, stream, limiter, store, include_usage, abandon, headers)
+            return _EventStream(reply, stream, deltas, first, limiter, record, include_usage, abandon, headers)
         try:
             result = await _in_thread(limiter, _drain, stream)
         except Exception as err:
             stream.close()
-            if not is_request_error(err):
-                raise
-            raise HTTPException(status_code=400, detail=f"messages: {err}") from None
+            _raise_if_refused(err)
+            raise
         if await request.is_disconnected():  # nobody will see this reply: it must not be trained on
             log.info("serve.client_gone", session_id=session_id, response_id=reply.response_id)
             abandon()
             return Response(status_code=499)
-        store.record(session_id, reply.calls(result))
+        record(reply.calls(result))
         return JSONResponse(reply.completion(result), headers=headers)
 
     @api.post("/feedback")
     @api.post("/v1/feedback")  # for clients that only know the /v1 base URL
     def feedback(body: FeedbackRequest) -> dict[str, Any]:
+        training = backend.training()
         if body.response_id is not None:
             taken = store.take_response(body.response_id, body.choice_index)
             group = body.group_id or body.response_id
@@ -184,8 +271,11 @@ def create_app(backend: ServeBackend, sessions: SessionStore | None = None) -> F
             taken = store.close(body.session_id)
             group = body.group_id or body.session_id
             missing = f"session_id: no open session {body.session_id!r} (never called, expired, or rewarded)"
+        if not training:  # the run trains no more: what the session held is dropped, the agent carries on
+            session_id = taken.session_id if taken is not None else body.session_id
+            return _feedback_reply(session_id, body.response_id, group, experiences=0, accepted=0, trained=False)
         if taken is None:
-            raise HTTPException(status_code=404, detail=missing)
+            raise OpenAIError(404, missing, param="response_id" if body.response_id is not None else "session_id")
         experiences = feedback_experiences(
             taken, run_id=backend.run_id, reward=body.reward, group_id=group, components=body.components
         )
@@ -194,18 +284,27 @@ def create_app(backend: ServeBackend, sessions: SessionStore | None = None) -> F
         except Exception as err:  # noqa: BLE001 - any failure: keep the calls so the feedback can be retried
             store.restore(taken)
             log.warning("serve.put_failed", session_id=taken.session_id, response_id=body.response_id, error=str(err))
-            raise HTTPException(status_code=503, detail=f"the buffer did not take the experiences: {err}") from None
+            raise OpenAIError(503, f"the buffer did not take the experiences: {err}") from None
         log.info("serve.feedback", session_id=taken.session_id, group_id=group, experiences=len(experiences))
-        return {
-            "session_id": taken.session_id,
-            "response_id": body.response_id,
-            "group_id": group,
-            "experiences": len(experiences),
-            "accepted": accepted,
-        }
+        return _feedback_reply(
+            taken.session_id, body.response_id, group, experiences=len(experiences), accepted=accepted, trained=True
+        )
 
     app.include_router(api)
     return app
+
+
+def _feedback_reply(
+    session_id: str | None, response_id: str | None, group: str, *, experiences: int, accepted: int, trained: bool
+) -> dict[str, Any]:
+    return {
+        "session_id": session_id,
+        "response_id": response_id,
+        "group_id": group,
+        "experiences": experiences,
+        "accepted": accepted,
+        "trained": trained,
+    }
 
 
 async def _in_thread(limiter: anyio.CapacityLimiter, fn: Callable[..., T], *args: Any) -> T:
@@ -213,7 +312,9 @@ async def _in_thread(limiter: anyio.CapacityLimiter, fn: Callable[..., T], *args
 
 
 def _tools(body: ChatCompletionRequest) -> list[dict[str, Any]] | None:
-    return None if body.tool_choice == "none" or not body.tools else body.tools
+    if body.tool_choice == "none" or not body.tools:
+        return None
+    return [tool.model_dump(exclude_none=True) for tool in body.tools]
 
 
 def _sampling(body: ChatCompletionRequest, limit: int) -> SamplingSettings:
@@ -240,7 +341,7 @@ def _generation_request(engine: Engine, body: ChatCompletionRequest, sampling: S
     try:
         text = render_chat(tok, messages, _tools(body))
     except Exception as err:  # noqa: BLE001 - a template error is the caller's chat, not a server fault
-        raise HTTPException(status_code=400, detail=f"messages: chat template failed: {err}") from None
+        raise OpenAIError(400, f"messages: chat template failed: {err}", param="messages") from None
     ids = tok.encode(text, add_special_tokens=False)
     return GenerationRequest(prompt_token_ids=ids, n=body.n or 1, sampling=sampling)
 
@@ -357,13 +458,16 @@ class _EventStream(StreamingResponse):
         self,
         reply: _Reply,
         stream: GenerationStream,
+        deltas: Iterator[SampleDelta],
+        first: SampleDelta | None,
         limiter: anyio.CapacityLimiter,
-        store: SessionStore,
+        record: Callable[[list[RecordedCall]], None],
         include_usage: bool,
         abandon: Callable[[], None],
         headers: dict[str, str],
     ) -> None:
-        self._reply, self._stream, self._limiter, self._store = reply, stream, limiter, store
+        self._reply, self._stream, self._limiter, self._record = reply, stream, limiter, record
+        self._deltas, self._first = deltas, first
         self._include_usage, self._abandon = include_usage, abandon
         self._recorded = False
         self._events = self._chunks()
@@ -381,18 +485,12 @@ class _EventStream(StreamingResponse):
     async def _chunks(self) -> AsyncGenerator[str, None]:
         """Role deltas, content deltas, each choice's finish chunk, the usage chunk if asked, `[DONE]`."""
         reply = self._reply
-        deltas = iter(self._stream)
         samples: dict[int, Sample] = {}
         try:
             for index in range(reply.choices):
                 yield reply.chunk(index, {"role": "assistant", "content": ""})
-            while True:
-                # Abandoned on cancel: the worker may wait for a token that only the abort in `__call__` ends.
-                delta = await anyio.to_thread.run_sync(
-                    next, deltas, None, limiter=self._limiter, abandon_on_cancel=True
-                )
-                if delta is None:
-                    break
+            delta = self._first
+            while delta is not None:
                 sample = samples.setdefault(delta.index, Sample([], [], "", ""))
                 sample.token_ids += delta.token_ids
                 sample.logprobs += delta.logprobs
@@ -403,15 +501,20 @@ class _EventStream(StreamingResponse):
                 if delta.finish_reason is not None:
                     for chunk in self._final_chunks(delta.index, sample, delta.finish_reason):
                         yield chunk
+                # Abandoned on cancel: the worker may wait for a token that only the abort in `__call__` ends.
+                delta = await anyio.to_thread.run_sync(
+                    next, self._deltas, None, limiter=self._limiter, abandon_on_cancel=True
+                )
             result = self._stream.result()
-            self._store.record(reply.session_id, reply.calls(result))
+            self._record(reply.calls(result))
             self._recorded = True
             if self._include_usage:
                 yield _sse({**reply.envelope("chat.completion.chunk"), "choices": [], "usage": _usage(result)})
             yield _sse("[DONE]")
         except Exception as err:  # noqa: BLE001 - the status line is sent: the error can only travel as an event
             log.warning("serve.stream_failed", response_id=reply.response_id, error=str(err))
-            yield _sse({"error": {"message": f"generation failed: {err}", "type": "server_error"}})
+            error = {"message": f"generation failed: {err}", "type": "server_error", "param": None, "code": None}
+            yield _sse({"error": error})
 
     def _final_chunks(self, index: int, sample: Sample, finish_reason: str) -> list[str]:
         reply = self._reply
@@ -424,6 +527,12 @@ class _EventStream(StreamingResponse):
             chunks.append(reply.chunk(index, held, logprobs=reply.token_logprobs(sample.token_ids, sample.logprobs)))
         chunks.append(reply.chunk(index, {}, finish=finish))
         return chunks
+
+
+def _raise_if_refused(err: Exception) -> None:
+    """A generate failure the request caused becomes the caller's 400; any other goes on (a 500)."""
+    if is_request_error(err):
+        raise OpenAIError(400, f"messages: {err}", param="messages") from None
 
 
 def is_request_error(err: Exception) -> bool:

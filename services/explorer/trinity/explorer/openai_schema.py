@@ -7,7 +7,7 @@ distribution sampled from, and the trainer would learn from the wrong ratio.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -16,14 +16,57 @@ from trinity.runtime.limits import MAX_ITEMS, MAX_NAME_CHARS, MAX_PROMPT_CHARS, 
 MAX_CHOICES = 16  # `n` per request: each choice is a recorded call, so n bounds one request's share of a batch
 
 
+class FunctionCall(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    arguments: str | dict[str, Any] = Field(default="{}", description="JSON text (OpenAI), or an object")
+
+
+class ToolCall(BaseModel):
+    """An assistant message's call of a tool, as the model's earlier reply gave it to the agent."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class FunctionSpec(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+
+
+class ToolSpec(BaseModel):
+    """A tool the model may call; rendered into the prompt as the client sent it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["function"]
+    function: FunctionSpec
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     role: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
     content: str | list[dict[str, Any]] | None = Field(default=None, max_length=MAX_PROMPT_CHARS)
-    tool_calls: list[dict[str, Any]] | None = None
+    tool_calls: list[ToolCall] | None = Field(default=None, max_length=MAX_ITEMS)
     tool_call_id: str | None = None
     name: str | None = None
+
+    @field_validator("content")
+    @classmethod
+    def _text_parts(cls, value: str | list[dict[str, Any]] | None) -> str | list[dict[str, Any]] | None:
+        # Dropping an image or audio part would train the model on a prompt that is not the one the agent sent.
+        for part in value if isinstance(value, list) else ():
+            if part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise ValueError(
+                    f"only text parts ({{'type': 'text', 'text': ...}}) are supported, got {part.get('type')!r}"
+                )
+        return value
 
 
 class StreamOptions(BaseModel):
@@ -42,8 +85,9 @@ class ChatCompletionRequest(BaseModel):
 
     model: str = ""
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_ITEMS)
-    tools: list[dict[str, Any]] | None = Field(default=None, max_length=MAX_ITEMS)
+    tools: list[ToolSpec] | None = Field(default=None, max_length=MAX_ITEMS)
     tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = Field(default=None, description="accepted: every call a reply holds is parsed")
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
     top_k: int | None = Field(default=None, description="vLLM's extension: -1 (off) or > 0")

@@ -14,6 +14,7 @@ from typing import Any
 from trinity.clients import BufferClient, GatewayClient
 from trinity.clients.gateway import RunReporter
 from trinity.config import RunConfig
+from trinity.config.explorer import TransformersEngineOptions, VllmEngineOptions
 from trinity.config.modes import RunMode
 from trinity.explorer import bench, rollout, serve
 from trinity.explorer.context import EngineFailure, ExplorerContext, engine_guard
@@ -38,18 +39,46 @@ MODES: dict[RunMode, Mode] = {
 ENGINE_LABELS = {"vllm": "vLLM"}  # engine names as the start-up phase says them ("starting vLLM")
 
 
-def build_engine(config: RunConfig, model_path: str) -> Engine:
-    """The run's engine: `explorer.engine_options` in `config.engine_dtype`, the run's seed and token limits."""
-    model = config.model
+def on_gpu(config: RunConfig) -> bool:
+    """Whether the run's engine samples on a GPU: vLLM where torch sees CUDA (its GPU build), the transformers engine
+    where its `device` says so."""
+    options = config.explorer.engine_options
+    if isinstance(options, TransformersEngineOptions):
+        return options.device.startswith("cuda")
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def engine_settings(config: RunConfig, model_path: str, *, gpu: bool) -> dict[str, Any]:
+    """The run's engine settings: `explorer.engine_options`, the run's seed and token limits, and the device's
+    defaults for what the options leave unset: bfloat16 and (vLLM) CUDA graphs on a GPU; `config.engine_dtype` (the
+    dtype the trainer publishes in) and eager mode on a CPU."""
+    options = config.explorer.engine_options
     settings: dict[str, Any] = {
         "model_path": model_path,
         "seed": config.seed,
-        **config.explorer.engine_options.model_dump(exclude_none=True),  # unset options keep these defaults
-        # The trainer publishes in this dtype too: the rule lives in one place.
-        "dtype": config.engine_dtype,
+        **options.model_dump(exclude_none=True),  # unset options keep these defaults
+        "dtype": options.dtype or ("bfloat16" if gpu else config.engine_dtype),
     }
-    if config.explorer.engine == "vllm":
+    if isinstance(options, VllmEngineOptions):
+        model = config.model
         settings.setdefault("max_model_len", model.max_prompt_tokens + model.max_response_tokens)
+        settings.setdefault("enforce_eager", not gpu)
+    return settings
+
+
+def build_engine(config: RunConfig, model_path: str) -> Engine:
+    """The run's engine, built from `engine_settings` for the device it samples on (logged as `explorer.engine`)."""
+    gpu = on_gpu(config)
+    settings = engine_settings(config, model_path, gpu=gpu)
+    log.info(
+        "explorer.engine",
+        engine=config.explorer.engine,
+        device="gpu" if gpu else "cpu",
+        dtype=settings["dtype"],
+        enforce_eager=settings.get("enforce_eager"),
+    )
     return create_engine(config.explorer.engine, **settings)
 
 
@@ -82,6 +111,7 @@ class ExplorerRunner:
         self._stop = threading.Event()
         self._leaving = False  # stopping because this process shuts down: the run goes on elsewhere
         self._abandon = threading.Event()  # stopping with no wrap-up (see ExplorerContext.abandoned)
+        self._training_finished = threading.Event()  # serving on past the last step (see ExplorerContext)
         self._thread = threading.Thread(target=self._main, name=f"explorer-{run_id}", daemon=True)
 
     def start(self) -> None:
@@ -89,6 +119,9 @@ class ExplorerRunner:
 
     def stop(self, reason: explorer_pb2.StopReason, detail: str = "") -> None:
         log.info("explorer.stopping", run_id=self.run_id, reason=explorer_pb2.StopReason.Name(reason), detail=detail)
+        if reason == explorer_pb2.STOP_REASON_TRAINING_FINISHED and self.config.explorer.keep_serving_after_last_step:
+            self._training_finished.set()  # the endpoint serves on until the run is stopped
+            return
         self._leaving = reason == explorer_pb2.STOP_REASON_SHUTDOWN
         if reason in ABANDON:
             self._abandon.set()
@@ -155,6 +188,7 @@ class ExplorerRunner:
             reporter=self.reporter,
             stop=self._stop,
             abandon=self._abandon,
+            training_finished=self._training_finished,
             on_engine_failure=self.on_engine_failure,
             steering=self.steering,
         )

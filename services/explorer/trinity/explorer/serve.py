@@ -8,7 +8,9 @@ no response is dropped and each one was produced by the single version it report
 Events: every `REPORT_S` with activity, one `explore` event sums the feedback since the last one
 (sessions, calls, mean reward, accepted) and the sessions that expired without feedback, which are
 counted and never trained. A serve run ends when its trainer has trained `buffer.total_steps` steps,
-or when it is stopped.
+or when it is stopped. With `explorer.keep_serving_after_last_step` the endpoint serves on after the
+last step, training nothing more (its `/health` says `"training": false`), until the run is stopped
+(cancelled); the run then succeeds.
 """
 
 from __future__ import annotations
@@ -75,8 +77,9 @@ def run(ctx: ExplorerContext) -> str:
     backend = ServeBackend(
         engine=lambda: ctx.engine,
         put=put,
-        model_name=cfg.model.path,
+        model_name=cfg.explorer.served_model_name or cfg.name,
         run_id=ctx.run_id,
+        training=lambda: not ctx.training_finished,
         max_tokens=cfg.model.max_response_tokens,
         api_key=os.environ.get("TRINITY_AUTH_TOKEN") or None,
     )
@@ -93,8 +96,17 @@ def run(ctx: ExplorerContext) -> str:
     )
     ctx.start_weight_feed()
     last_report = time.monotonic()
+    announced = False
     try:
         while not ctx.stopped:
+            if ctx.training_finished and not announced:
+                announced = True
+                ctx.report(
+                    gateway_pb2.EVENT_KIND_LOG,
+                    message=f"training finished; the OpenAI endpoint at {ctx.openai_url} serves on, untrained, "
+                    "until the run is stopped",
+                    metrics={"openai_port": server.port},
+                )
             ctx.apply_staged_weights(wait_s=WEIGHT_POLL_S)
             expired = sessions.expire()
             if expired.sessions:

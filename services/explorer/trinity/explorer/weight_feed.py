@@ -18,7 +18,7 @@ from trinity.clients.gateway import GatewayClient, sync_spec
 from trinity.runtime.agent import has_gpu
 from trinity.runtime.logging import get_logger
 from trinity.runtime.spans import now_ms
-from trinity.sync.placement import host_id, sync_gpus
+from trinity.sync.placement import device_option, host_id, sync_gpus
 
 log = get_logger(__name__)
 
@@ -36,8 +36,13 @@ class Staged:
 
 
 class WeightFeed:
-    def __init__(self, gateway: GatewayClient, run_id: str, instance_id: str) -> None:
+    def __init__(
+        self, gateway: GatewayClient, run_id: str, instance_id: str, device: torch.device | None = None
+    ) -> None:
+        """`device`: the engine's (a GPU backend receives into it, and its GPU is the one reported to the Gateway);
+        None: the current CUDA device."""
         self.gateway = gateway
+        self.device = device
         self.run_id = run_id
         self.instance_id = instance_id
         self.error: str | None = None
@@ -73,7 +78,7 @@ class WeightFeed:
                 if group is None:
                     return
                 spec = sync_spec(group)
-                receiver = open_receiver(spec, group.rank)
+                receiver = open_receiver(spec, group.rank, **device_option(spec.backend, self.device))
                 receiver.init()
                 self.generation = group.generation
                 log.info("weights.group_joined", generation=group.generation, rank=group.rank)
@@ -104,7 +109,7 @@ class WeightFeed:
         while not self._stop.is_set():
             try:
                 group = self.gateway.join_sync_group(
-                    self.run_id, self.instance_id, has_gpu(), host_id=host_id(), gpu_uuids=sync_gpus()
+                    self.run_id, self.instance_id, has_gpu(), host_id=host_id(), gpu_uuids=sync_gpus(self.device)
                 )
                 while not group.ready and not self._stop.is_set():
                     time.sleep(0.1)

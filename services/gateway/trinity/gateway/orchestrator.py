@@ -10,7 +10,7 @@ from collections.abc import Callable
 from trinity.config import parse_run_config
 from trinity.config.errors import ConfigError
 from trinity.config.resolved import resolved_run
-from trinity.gateway.ledger import RunLedger
+from trinity.gateway.ledger import ROLE_TRAINER, RunLedger
 from trinity.gateway.registry import InstanceRegistry
 from trinity.gateway.runs import TERMINAL, RunStore, now_ms
 from trinity.gateway.stages import Stages
@@ -71,11 +71,22 @@ class Orchestrator:
         return run  # the monitor launches it once its services are free
 
     def cancel(self, run_id: str, reason: str = "cancelled") -> gateway_pb2.Run:
+        """Stop the run: CANCELLED, unless it only served on after its training finished
+        (`explorer.keep_serving_after_last_step`), which is how such a run ends: SUCCEEDED."""
         run = self.ledger.runs.get(run_id)
         if run.state in TERMINAL:
             return run
         self.ledger.stop_run(list(run.assignments), run_id, explorer_pb2.STOP_REASON_CANCELLED, reason)
+        if self._serving_after_training(run):
+            return self.ledger.finish(
+                run_id, gateway_pb2.RUN_STATE_SUCCEEDED, f"training finished; serving stopped ({reason})"
+            )
         return self.ledger.finish(run_id, gateway_pb2.RUN_STATE_CANCELLED, reason)
+
+    def _serving_after_training(self, run: gateway_pb2.Run) -> bool:
+        trainers = [i for i, role in run.assignments.items() if role == ROLE_TRAINER]
+        trained = bool(trainers) and all(i in run.finished for i in trainers)
+        return trained and self.ledger.stage_config(run).explorer.keep_serving_after_last_step
 
     def report(self, event: gateway_pb2.RunEvent) -> tuple[str, bool]:
         """Record a service's event and move the run along (progress, completion, failure); returns the event's

@@ -83,14 +83,19 @@ class Precision:
 
 
 def resolve_precision(trainer: TorchTrainerConfig, model_dtype: str, device: torch.device, sharded: bool) -> Precision:
-    """bf16 weights on a GPU unless told otherwise; with fp32 master weights the optimizer keeps fp32 and the
-    compute is bf16 (FSDP2's mixed precision when sharded, autocast on one rank)."""
+    """bf16 weights on a GPU unless told otherwise, updated through fp32 master weights unless told otherwise: the
+    optimizer keeps fp32 and the compute is bf16 (FSDP2's mixed precision when sharded, autocast on one rank).
+    Without master weights an lr-1e-6 update is below bf16's rounding step for almost every weight. A CPU keeps
+    `model_dtype` and no master copy."""
     weights: str = trainer.weights_dtype
     if weights == "auto":
         weights = "bfloat16" if device.type == "cuda" else model_dtype
-    if trainer.fp32_master_weights and weights != "bfloat16":
+    master = trainer.fp32_master_weights
+    if master and weights != "bfloat16":
         raise ValueError("trainer.fp32_master_weights needs bfloat16 weights (trainer.weights_dtype)")
-    if weights == "bfloat16" and trainer.fp32_master_weights:
+    if master is None:
+        master = weights == "bfloat16" and device.type == "cuda"
+    if master:
         if sharded:
             return Precision(torch.float32, compute=torch.bfloat16)
         return Precision(torch.float32, autocast=True)

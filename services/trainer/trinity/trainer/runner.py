@@ -22,7 +22,7 @@ import torch
 
 from trinity.clients import BufferClient, GatewayClient
 from trinity.clients.gateway import RunReporter
-from trinity.config import RunConfig, naming
+from trinity.config import RunConfig, TorchTrainerConfig, naming
 from trinity.config.modes import ONLINE_MODES
 from trinity.models import BUILTIN_MODELS, resolve_model_path
 from trinity.runtime.errors import one_line
@@ -33,6 +33,7 @@ from trinity.trainer.backend import TrainerBackend
 from trinity.trainer.consistency import breaches
 from trinity.trainer.expert_data import ExpertStream, uses_expert_data
 from trinity.trainer.metrics import record_step
+from trinity.trainer.parallel import resolve_device
 from trinity.trainer.ranks import ReplicatedBackend, build_run_backend
 from trinity.trainer.timeline import record_train_step
 from trinity.trainer.weight_publisher import FormingStopped, WeightPublisher
@@ -195,6 +196,8 @@ class TrainerRunner(ReportingRunner):
                 checkpoint_dir=str(self.stage_dir / "weights"),
                 stop=self._stop,
                 dtype=getattr(torch, cfg.engine_dtype),
+                # Megatron's workers place themselves: the sync then sends from this process's own GPU (auto).
+                device=resolve_device(cfg.trainer.device if isinstance(cfg.trainer, TorchTrainerConfig) else "auto"),
             )
             workers = f"{cfg.explorer.num_workers} explorer worker" + ("s" if cfg.explorer.num_workers > 1 else "")
             with self.reporter.phase(gateway_pb2.PHASE_SYNC_FORM, step=0, model_version=0, detail=workers):

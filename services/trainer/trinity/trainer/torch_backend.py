@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from trinity.config import RunConfig, TorchTrainerConfig
+from trinity.runtime.logging import get_logger
 from trinity.trainer import checkpoint as ckpt
 from trinity.trainer.algorithm import AlgorithmParts, build_algorithm
 from trinity.trainer.attention import use_fp32_attention
@@ -62,6 +63,8 @@ from trinity.v1 import common_pb2
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
+log = get_logger(__name__)
+
 
 class TorchBackend:
     """See `TrainerBackend`. `config.model.path` is a model directory (the runner resolves `smollm2`);
@@ -83,6 +86,14 @@ class TorchBackend:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)  # NCCL and FSDP2 use the current device of each rank
         self.precision = resolve_precision(self.trainer, config.model.dtype, self.device, self.ranks.sharded)
+        log.info(
+            "trainer.precision",
+            rank=self.ranks.rank,
+            device=str(self.device),
+            weights=str(self.precision.load).removeprefix("torch."),
+            compute=str(self.precision.compute or self.precision.load).removeprefix("torch."),
+            autocast=self.precision.autocast,
+        )
         torch.manual_seed(config.seed)
         self.generator = torch.Generator().manual_seed(config.seed)
         path = config.model.path

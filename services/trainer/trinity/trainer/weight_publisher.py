@@ -17,7 +17,7 @@ from trinity.clients.gateway import GatewayClient, sync_spec
 from trinity.config import SynchronizerConfig
 from trinity.runtime.agent import has_gpu
 from trinity.runtime.logging import get_logger
-from trinity.sync.placement import host_id, sync_gpus
+from trinity.sync.placement import device_option, host_id, sync_gpus
 from trinity.v1 import gateway_pb2
 
 if TYPE_CHECKING:
@@ -47,11 +47,15 @@ class WeightPublisher:
         max_attempts: int = 3,
         stop: threading.Event | None = None,
         dtype: torch.dtype | None = None,
+        device: torch.device | None = None,
     ) -> None:
         """`dtype`: the explorers' engine dtype (`RunConfig.engine_dtype`); wider floating weights are cast to
-        it before they are sent (`trinity.sync.narrowed_to`). None sends the trainer's dtypes as they are."""
+        it before they are sent (`trinity.sync.narrowed_to`). None sends the trainer's dtypes as they are.
+        `device`: the trainer's (`trainer.device` resolved): a GPU backend sends from it, and its GPU is the one
+        reported to the Gateway. None: the current CUDA device."""
         self.gateway = gateway
         self.dtype = dtype
+        self.device = device
         # Set when the run is stopped (failed elsewhere, cancelled): waiting for members then ends at once
         # instead of holding the trainer busy for up to `timeout_seconds`.
         self.stop = stop or threading.Event()
@@ -101,7 +105,7 @@ class WeightPublisher:
         spec = sync_spec(group)
         self.generation = group.generation
         options = {"rendezvous": self._rendezvous} if spec.is_collective else {}
-        sender = self._sender = open_sender(spec, **options)
+        sender = self._sender = open_sender(spec, **options, **device_option(spec.backend, self.device))
         sender.init()
         log.info("weights.group_ready", generation=group.generation, backend=spec.backend)
         return sender
@@ -115,7 +119,7 @@ class WeightPublisher:
                 port=self._rendezvous.port if self._rendezvous is not None else 0,
                 has_gpu=has_gpu(),
                 host_id=host_id(),
-                gpu_uuids=sync_gpus(),
+                gpu_uuids=sync_gpus(self.device),
                 backend=self.method,
                 explorer_workers=self.explorers,
                 checkpoint_dir=self.checkpoint_dir,

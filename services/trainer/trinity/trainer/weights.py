@@ -57,7 +57,34 @@ UnitOf = Callable[[str], nn.Module]
 
 @torch.no_grad()
 def named_weights(model: nn.Module, unit_of: UnitOf | None = None) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield `(hf_name, tensor)` for every parameter of the policy, LoRA merged, tied weights once.
+    """Yield `(name, tensor)` in the checkpoint's layout for every weight of the policy (`_model_weights`).
+
+    transformers may hold weights in another layout than its checkpoints (an MoE's experts fused into one
+    `[experts, ...]` tensor per layer) and converts them back when it saves; the engines and the sync read
+    checkpoint names, so the same conversion runs here, one decoder block at a time (a conversion may need
+    several tensors of a block at once).
+    """
+    lm = causal_lm(model)
+    tensors = _model_weights(model, unit_of)
+    if not getattr(lm, "_weight_conversions", None):  # set by from_pretrained: the conversions it applied
+        yield from tensors
+        return
+    from transformers.core_model_loading import revert_weight_conversion
+
+    block: dict[str, torch.Tensor] = {}
+    for name, tensor in tensors:
+        if block and block_index(name) != block_index(next(iter(block))):
+            yield from revert_weight_conversion(lm, block).items()
+            block = {}
+        block[name] = tensor
+    if block:
+        yield from revert_weight_conversion(lm, block).items()
+
+
+@torch.no_grad()
+def _model_weights(model: nn.Module, unit_of: UnitOf | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield `(name, tensor)` for every parameter of the policy as transformers names it, LoRA merged, tied
+    weights once.
 
     Sharded (`unit_of` given): each FSDP2 unit is gathered when its first weight is reached and freed after
     its last, so at most one block beside the root's weights is whole at a time; a collective, so every
@@ -119,7 +146,8 @@ def save_hf(
         out.mkdir(parents=True, exist_ok=True)
         lm.save_pretrained(out, safe_serialization=True)
     else:
-        state = dict(named_weights(model, unit_of))
+        # The model's own layout: `save_pretrained` converts it to the checkpoint's.
+        state = dict(_model_weights(model, unit_of))
         if not write:
             return out
         out.mkdir(parents=True, exist_ok=True)

@@ -260,6 +260,12 @@ class Engine(ABC):
     def close(self) -> None:  # noqa: B027 - backends without resources need nothing
         """Release the backend's resources."""
 
+    @property
+    def device(self) -> torch.device | None:
+        """Where the model's weights live, which a GPU weight-sync backend receives into; None: the current CUDA
+        device (an engine that places its model itself)."""
+        return None
+
     # --- the contract ---------------------------------------------------------------------------
     @property
     def model_version(self) -> int:

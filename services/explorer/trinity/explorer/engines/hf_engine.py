@@ -10,6 +10,7 @@ import torch
 from trinity.config.explorer import DType, TransformersEngineOptions
 from trinity.explorer.engines.base import Engine, GenerationRequest, Sample, truncate_at_stop
 from trinity.explorer.engines.registry import ENGINES
+from trinity.models.attention import attention_options
 
 
 class TransformersEngineConfig(TransformersEngineOptions):
@@ -39,13 +40,21 @@ class TransformersEngine(Engine):
         self._tokenizer: Any = AutoTokenizer.from_pretrained(cfg.model_path)
         # Any: transformers' generate() overloads do not type-check against the auto class.
         load: Any = AutoModelForCausalLM.from_pretrained
-        self._model: Any = load(cfg.model_path, dtype=getattr(torch, cfg.dtype)).to(cfg.device).eval()
+        self._model: Any = (
+            load(cfg.model_path, dtype=getattr(torch, cfg.dtype), **attention_options(cfg.model_path))
+            .to(cfg.device)
+            .eval()
+        )
         # generate() samples from the global RNG; keep our own stream so other code does not shift it.
         self._rng_state = torch.Generator().manual_seed(cfg.seed).get_state()
 
     @property
     def tokenizer(self) -> Any:
         return self._tokenizer
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device(self._model.device)
 
     def _generate(self, prompts: list[list[int]], requests: list[GenerationRequest]) -> list[list[Sample]]:
         saved = torch.get_rng_state()

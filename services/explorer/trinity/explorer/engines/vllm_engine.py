@@ -33,14 +33,20 @@ class VllmEngineConfig(VllmEngineOptions):
 
     model_path: str
     dtype: DType = "float32"  # fp32 log-probs match HF to 1e-4; bf16 is off by ~0.04 mean
+    enforce_eager: bool = True
     seed: int = 0
 
 
 def _configure_environment(config: VllmEngineConfig) -> None:
-    """Env vars vLLM reads at import / engine start; an operator's explicit setting wins."""
+    """Env vars vLLM reads at engine start, set when an engine is made (not at import); an operator's explicit
+    setting wins, except the workers' start method."""
     # In-process engine: no engine-core subprocess, and tensors pass to the worker by reference.
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # Workers (tensor parallel) are started from this process, which already runs gRPC and weight-sync threads: a
+    # forked child inherits their locks held, and CUDA cannot be used in a child forked after it was initialized.
+    # vLLM's default is fork; spawn whatever the environment says.
+    os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
 
 
 def _kv_cache_size(config: VllmEngineConfig) -> dict[str, Any]:

@@ -6,6 +6,7 @@ Kept free of other Trinity imports so a vLLM worker process can import it cheapl
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -41,7 +42,9 @@ class TrinityWorkerExtension:
         finally:
             for logger, level in saved:
                 logger.setLevel(level)
-        _repack_tied_modules(self.model_runner.get_model())
+        model = self.model_runner.get_model()
+        _repack_tied_modules(model)
+        _repack_reloaded_cpu_experts(model, [name for name, _ in named])
         return len(named)
 
 
@@ -65,3 +68,27 @@ def _repack_tied_modules(model: torch.nn.Module) -> None:
             method = getattr(module, "quant_method", None)
             if method is not None and hasattr(method, "process_weights_after_loading"):
                 method.process_weights_after_loading(module)
+
+
+_LAYER = re.compile(r"^(.*?\.layers\.\d+)\.")
+
+
+def _repack_reloaded_cpu_experts(model: torch.nn.Module, names: list[str]) -> None:
+    """Re-run the CPU expert kernel's prepacking on the MoE layers a reload wrote (`names`: their tensors).
+
+    The reload restores the experts' checkpoint layout and loads into it, but vLLM's weight-update path
+    (`UnquantizedFusedMoEMethod._setup_kernel` once a kernel is built) skips the kernel's own
+    `process_weights_after_loading`, where the CPU kernel prepacks into its grouped-GEMM layout; the kernel then
+    reads checkpoint-layout weights as packed ones (measured on the tiny Qwen3-MoE of tests/models: reloading the
+    very weights it serves moved greedy log-probs by 0.11). Only the layers of this call: the others are packed
+    already, and packing twice is as wrong. GPU kernels keep their layout through `_setup_kernel` and are left alone.
+    """
+    layers = {match.group(1) for name in names if (match := _LAYER.match(name))}
+    for name, module in model.named_modules():
+        experts = getattr(getattr(getattr(module, "quant_method", None), "moe_kernel", None), "fused_experts", None)
+        weight = getattr(module, "w13_weight", None)
+        if experts is None or not isinstance(weight, torch.Tensor) or weight.device.type != "cpu":
+            continue
+        match = _LAYER.match(name + ".")
+        if match and match.group(1) in layers:
+            experts.process_weights_after_loading(module)

@@ -1,4 +1,5 @@
-"""Workflows by registry name: `math`, `countdown`, `multi_turn`, `multi_step`, `frozen_lake`."""
+"""Workflows by registry name: `math`, `countdown`, `multi_turn`, `react`, `multi_step`, `frozen_lake`,
+`textworld`, `scienceworld`."""
 
 import inspect
 from typing import Any

@@ -8,6 +8,7 @@ version on each experience is the one the engine reports for the generate call t
 
 from __future__ import annotations
 
+import importlib.util
 import time
 import uuid
 from abc import ABC, abstractmethod
@@ -62,6 +63,13 @@ class Workflow(ABC):
 
 
 WORKFLOWS: Registry[type[Workflow]] = Registry("workflow")
+
+
+def needs_package(package: str, extra: str, user: str) -> None:
+    """ValueError naming the install command when `package`, an optional dependency of `user`, is missing (the
+    explorer's images leave the `extra` out: it is large, see docs/explorer.md)."""
+    if importlib.util.find_spec(package) is None:
+        raise ValueError(f"{user} needs the {package} package: pip install 'trinity-explorer[{extra}]'")
 
 
 def new_id() -> str:

@@ -31,12 +31,18 @@ from trinity.v1 import common_pb2
 
 @dataclass
 class EnvReply:
-    """The environment's answer to a model turn. `content=None` with `done=True` ends silently."""
+    """The environment's answer to a model turn. `content=None` with `done=True` ends silently.
+
+    `more` are further messages of `role` after `content` (the answers to a turn's several tool calls);
+    `metrics` are added up over the episode into the experience's metrics.
+    """
 
     content: str | None = None
     role: str = "user"  # "user" or "tool"
     done: bool = False
     reward: float = 0.0
+    more: tuple[str, ...] = ()
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 class ChatEnvironment(ABC):
@@ -69,7 +75,9 @@ class GuessNumberEnvironment(ChatEnvironment):
 
 
 @dataclass
-class _Episode:
+class ChatEpisode:
+    """One episode's transcript and token stream so far (`ids` [prompt + response], the rest [response])."""
+
     messages: list[dict[str, str]]
     ids: list[int]
     prompt_len: int
@@ -78,6 +86,7 @@ class _Episode:
     mask: list[bool] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
     env_reward: float = 0.0
+    env_metrics: dict[str, float] = field(default_factory=dict)
     turns: int = 0
     done: bool = False
     finish_reason: str = ""
@@ -112,11 +121,12 @@ class MultiTurnWorkflow(Workflow):
         tok = engine.tokenizer
         reward_fn = self.reward_fn(task) if (task.reward_fn or self.default_reward) else None
         start = task_messages(task, self.system_prompt)
-        prompt_ids = engine.encode_prompt(GenerationRequest(messages=start))
+        prompt_ids = self.prompt_ids(engine, start)
         prompt_text = tok.decode(prompt_ids)
         envs = [self.env_factory(task) for _ in range(settings.repeat_times)]
         episodes = [
-            _Episode(list(start), list(prompt_ids), len(prompt_ids), prompt_text) for _ in range(settings.repeat_times)
+            ChatEpisode(list(start), list(prompt_ids), len(prompt_ids), prompt_text)
+            for _ in range(settings.repeat_times)
         ]
         for _ in range(self.max_turns):
             active = [i for i, ep in enumerate(episodes) if not ep.done]
@@ -132,19 +142,27 @@ class MultiTurnWorkflow(Workflow):
                 ep.messages.append({"role": "assistant", "content": sample.text})
                 reply = envs[i].respond(ep.messages, task)
                 ep.env_reward += reply.reward
+                for key, value in reply.metrics.items():
+                    ep.env_metrics[key] = ep.env_metrics.get(key, 0.0) + value
                 ep.done = reply.done
                 if reply.content is None:
                     continue
-                ep.messages.append({"role": reply.role, "content": reply.content})
+                contents = (reply.content, *reply.more)
+                ep.messages.extend({"role": reply.role, "content": c} for c in contents)
                 if not ep.done:
                     # The final env message is kept in the transcript but needs no tokens: nothing follows it.
                     closing = [] if sample.token_ids[-1:] == [tok.eos_token_id] else [tok.eos_token_id]
-                    ep.extend(closing + env_turn_ids(tok, reply.role, reply.content), None)
+                    ep.extend(closing + env_turn_ids(tok, reply.role, *contents), None)
         group_id = new_id()
         return [self._experience(task, settings, group_id, ep, reward_fn) for ep in episodes]
 
+    def prompt_ids(self, engine: Engine, messages: list[dict[str, str]]) -> list[int]:
+        """Tokens of an episode's first prompt: the chat template's; a workflow that prompts with more (tools)
+        renders its own."""
+        return engine.encode_prompt(GenerationRequest(messages=messages))
+
     def _experience(
-        self, task: common_pb2.Task, settings: RolloutSettings, group_id: str, ep: _Episode, reward_fn: Any
+        self, task: common_pb2.Task, settings: RolloutSettings, group_id: str, ep: ChatEpisode, reward_fn: Any
     ) -> common_pb2.Experience:
         response_ids = ep.ids[ep.prompt_len :]
         last_model_turn = next(m["content"] for m in reversed(ep.messages) if m["role"] == "assistant")
@@ -167,6 +185,7 @@ class MultiTurnWorkflow(Workflow):
         exp.episode_id = new_id()
         exp.metrics["turns"] = float(ep.turns)
         exp.metrics["env_tokens"] = float(ep.mask.count(False))
+        exp.metrics.update(ep.env_metrics)
         exp.info["ended_by"] = "environment" if ep.done else "max_turns"
         exp.reward_components["env"] = ep.env_reward
         exp.reward = ep.env_reward
@@ -183,17 +202,18 @@ class MultiTurnWorkflow(Workflow):
 _PROBE_USER, _PROBE_ASSISTANT = "\x00probe-user\x00", "\x00probe-assistant\x00"
 
 
-def env_turn_ids(tokenizer: Any, role: str, content: str) -> list[int]:
-    """Tokens of an environment message plus the next assistant header, as the chat template writes them.
+def env_turn_ids(tokenizer: Any, role: str, *contents: str) -> list[int]:
+    """Tokens of environment messages (one per content, all of `role`) plus the next assistant header, as the
+    chat template writes them.
 
-    Found by rendering a probe chat with and without the message: the difference is the message
-    turn and generation prompt; whatever the template writes after an assistant turn's end-of-turn
+    Found by rendering a probe chat with and without the messages: the difference is their
+    turns and the generation prompt; whatever the template writes after an assistant turn's end-of-turn
     token (e.g. ChatML's newline) is prepended, because the model's tokens stop at that token.
     """
     probe = [{"role": "user", "content": _PROBE_USER}, {"role": "assistant", "content": _PROBE_ASSISTANT}]
     before = tokenizer.apply_chat_template(probe, tokenize=False)
     after = tokenizer.apply_chat_template(
-        [*probe, {"role": role, "content": content}], tokenize=False, add_generation_prompt=True
+        [*probe, *({"role": role, "content": c} for c in contents)], tokenize=False, add_generation_prompt=True
     )
     if not after.startswith(before):
         raise ValueError(

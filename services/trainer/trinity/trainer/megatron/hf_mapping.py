@@ -51,7 +51,11 @@ def shape_from_hf_config(cfg: dict[str, Any]) -> ModelShape:
     """`cfg`: the parsed `config.json` of a Llama/Qwen2/Mistral-style model."""
     archs = cfg.get("architectures") or []
     if archs and archs[0] not in SUPPORTED_ARCHITECTURES:
-        raise ValueError(f"the Megatron backend maps {SUPPORTED_ARCHITECTURES}, not {archs[0]}")
+        raise ValueError(
+            f"the Megatron backend maps {', '.join(SUPPORTED_ARCHITECTURES)}, not {archs[0]}; "
+            "use trainer.backend: torch"
+        )
+    _refuse_unmapped_features(cfg, archs[0] if archs else "this model")
     rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if rope_type not in ("default", None):
@@ -72,6 +76,28 @@ def shape_from_hf_config(cfg: dict[str, Any]) -> ModelShape:
         rope_theta=float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0))),
         max_position_embeddings=int(cfg.get("max_position_embeddings", 4096)),
     )
+
+
+def _refuse_unmapped_features(cfg: dict[str, Any], arch: str) -> None:
+    """Raise for settings of a supported architecture that the local layer spec does not compute, rather than
+    train a different model than the sampler serves."""
+    max_len = int(cfg.get("max_position_embeddings", 4096))
+    window = cfg.get("sliding_window")
+    sliding = "sliding_attention" in (cfg.get("layer_types") or ()) or (
+        window is not None and cfg.get("use_sliding_window") is not False and int(window) < max_len
+    )
+    if sliding:
+        raise ValueError(
+            f"{arch} uses sliding-window attention (sliding_window={window}, below max_position_embeddings="
+            f"{max_len}); the Megatron backend computes full attention only: use trainer.backend: torch"
+        )
+    # Qwen2's q/k/v biases map to linear_qkv's; Llama's `attention_bias` also biases o_proj, which has no slot.
+    if cfg.get("attention_bias") and arch != "Qwen2ForCausalLM":
+        raise ValueError(
+            f"{arch} with attention_bias: true is not mapped to Megatron (o_proj bias); use trainer.backend: torch"
+        )
+    if cfg.get("mlp_bias"):
+        raise ValueError(f"{arch} with mlp_bias: true is not mapped to Megatron; use trainer.backend: torch")
 
 
 def check_parallelism(shape: ModelShape, tp: int, pp: int) -> None:
