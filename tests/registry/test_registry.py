@@ -38,6 +38,7 @@ REGISTRIES = {
     "step_environment": "trinity.explorer.workflows.multi_step:STEP_ENVIRONMENTS",
     "chat_environment": "trinity.explorer.workflows.multi_turn:CHAT_ENVIRONMENTS",
     "tool": "trinity.explorer.tools.base:TOOLS",
+    "agent": "trinity.explorer.workflows.agentscope:AGENTS",
     "reward": "trinity.explorer.rewards.base:REWARDS",
     "engine": "trinity.explorer.engines.registry:ENGINES",
     "operator": "trinity.buffer.operators.registry:OPERATORS",
@@ -148,7 +149,7 @@ def _config(**sections: dict[str, Any]) -> dict[str, Any]:
     ("sections", "message"),
     [
         ({"algorithm": {"algorithm_type": "grpoo"}}, "algorithm.algorithm_type: unknown 'grpoo'; known: asymre, "),
-        ({"explorer": {"workflow": "mathh"}}, "explorer.workflow: unknown 'mathh'; known: countdown, "),
+        ({"explorer": {"workflow": "mathh"}}, "explorer.workflow: unknown 'mathh'; known: agentscope, countdown, "),
         (
             {"explorer": {"workflow": "multi_turn", "workflow_options": {"environment": "guess_numbr"}}},
             "explorer.workflow_options: environment: unknown 'guess_numbr'; known: guess_number ",
@@ -208,7 +209,8 @@ def test_an_unknown_workflow_is_exit_2_naming_the_field_before_anything_starts(t
         timeout=120,
     )
     assert done.returncode == 2, done.stderr
-    assert "explorer.workflow: unknown 'no_such_workflow'; known: countdown, frozen_lake, math" in done.stderr
+    known = "agentscope, countdown, frozen_lake, math"
+    assert f"explorer.workflow: unknown 'no_such_workflow'; known: {known}" in done.stderr
     assert not output.exists()  # no Redis, no service, no run directory
 
 

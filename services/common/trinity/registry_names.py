@@ -55,6 +55,7 @@ KINDS: Mapping[str, Kind] = {
             **_same(f"{_WORKFLOWS}.single_turn", "math", "countdown"),
             "multi_turn": f"{_WORKFLOWS}.multi_turn",
             "react": f"{_WORKFLOWS}.react",
+            "agentscope": f"{_WORKFLOWS}.agentscope",
             "multi_step": f"{_WORKFLOWS}.multi_step",
             "frozen_lake": f"{_WORKFLOWS}.frozen_lake",
             "textworld": f"{_WORKFLOWS}.textworld",
@@ -71,6 +72,7 @@ KINDS: Mapping[str, Kind] = {
     ),
     "chat_environment": Kind("trinity.chat_environments", {"guess_number": f"{_WORKFLOWS}.multi_turn"}),
     "tool": Kind("trinity.tools", {"calculator": "trinity.explorer.tools.builtin"}),
+    "agent": Kind("trinity.agents", {"react": f"{_WORKFLOWS}.agentscope"}),
     "reward": Kind(
         "trinity.rewards",
         {

@@ -13,7 +13,14 @@ from typing import Any, Literal
 from pydantic import Field, FieldSerializationInfo, ValidationError, ValidationInfo, field_serializer, field_validator
 
 from trinity.config.base import _check_devices, _Section
-from trinity.config.registered import ChatEnvironmentName, RewardSpec, StepEnvironmentName, ToolName, WorkflowName
+from trinity.config.registered import (
+    AgentName,
+    ChatEnvironmentName,
+    RewardSpec,
+    StepEnvironmentName,
+    ToolName,
+    WorkflowName,
+)
 
 DType = Literal["float32", "bfloat16", "float16"]
 # How a model writes a tool call: Hermes / Qwen `<tool_call>{json}</tool_call>`, or Llama 3.1's bare JSON object.
@@ -101,6 +108,14 @@ class ReactWorkflowOptions(_Section):
     reward_fn: RewardSpec = Field(default="", description="reward of the final answer; empty = the task's reward_fn")
 
 
+class AgentScopeWorkflowOptions(_Section):
+    """`workflow_options` of `agentscope`: a registered AgentScope agent, each of its model calls an experience."""
+
+    agent: AgentName = Field(default="react", description="registered agent function (`trinity.agents`)")
+    reward_fn: RewardSpec = Field(default="", description="reward of an agent's text answer; empty = the task's")
+    episode_timeout_s: float = Field(default=300.0, gt=0, description="an episode running longer is marked failed")
+
+
 class FrozenLakeWorkflowOptions(_Section):
     """`workflow_options` of `frozen_lake`: one experience per step of a FrozenLake episode."""
 
@@ -132,6 +147,7 @@ WorkflowOptions = (
     MathWorkflowOptions
     | MultiTurnWorkflowOptions
     | ReactWorkflowOptions
+    | AgentScopeWorkflowOptions
     | MultiStepWorkflowOptions
     | FrozenLakeWorkflowOptions
     | TextWorldWorkflowOptions
@@ -142,6 +158,7 @@ WORKFLOW_OPTIONS: dict[str, type[WorkflowOptions]] = {
     "countdown": MathWorkflowOptions,
     "multi_turn": MultiTurnWorkflowOptions,
     "react": ReactWorkflowOptions,
+    "agentscope": AgentScopeWorkflowOptions,
     "multi_step": MultiStepWorkflowOptions,
     "frozen_lake": FrozenLakeWorkflowOptions,
     "textworld": TextWorldWorkflowOptions,

@@ -63,6 +63,7 @@ EngineName = Annotated[str, AfterValidator(partial(check_name, "engine"))]
 KLEstimatorName = Annotated[str, AfterValidator(partial(check_name, "kl_estimator"))]
 ChatEnvironmentName = Annotated[str, AfterValidator(partial(check_name, "chat_environment"))]
 StepEnvironmentName = Annotated[str, AfterValidator(partial(check_name, "step_environment"))]
+AgentName = Annotated[str, AfterValidator(partial(check_name, "agent"))]
 ToolName = Annotated[str, AfterValidator(partial(check_name, "tool"))]
 OperatorName = Annotated[str, AfterValidator(partial(check_name, "operator"))]
 # `difficulty` is no registry entry: the task set itself runs it, on the pass rates it keeps.

@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
+import httpx
 from fastapi import APIRouter, Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -292,6 +293,14 @@ def create_app(backend: ServeBackend, sessions: SessionStore | None = None) -> F
 
     app.include_router(api)
     return app
+
+
+@contextlib.asynccontextmanager
+async def in_process(app: FastAPI) -> AsyncIterator[httpx.ASGITransport]:
+    """A transport for `httpx` (and the OpenAI SDK over it) that calls `app` in this event loop, without a socket;
+    the app's lifespan runs around it."""
+    async with app.router.lifespan_context(app):
+        yield httpx.ASGITransport(app=app)
 
 
 def _feedback_reply(

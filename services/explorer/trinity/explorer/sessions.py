@@ -185,14 +185,16 @@ def feedback_experiences(
     reward: float,
     group_id: str,
     components: dict[str, float] | None = None,
+    task: common_pb2.Task | None = None,
 ) -> list[common_pb2.Experience]:
     """One ROLLOUT experience per rewarded call, in call order, all with `reward` and group `group_id`.
 
     `group_id` is what GRPO-style advantages normalise over (the caller picks the default: the
     session id for session feedback, the response id for response feedback, so the `n` choices of one
-    prompt form one group). `episode_id` is the session id, `step_index` the request's index in it.
+    prompt form one group). `episode_id` is the session id, `step_index` the request's index in it. `task` is the
+    task the calls answered, when there is one (the in-process `agentscope` workflow's).
     """
-    task = common_pb2.Task(id=group_id, taskset=SERVE_TASKSET)
+    task = task if task is not None else common_pb2.Task(id=group_id, taskset=SERVE_TASKSET)
     settings = RolloutSettings(run_id=run_id)
     out = []
     for call in taken.calls:
