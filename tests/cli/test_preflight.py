@@ -139,3 +139,11 @@ def test_the_local_buffer_may_read_only_the_configs_files_and_write_the_output(f
     config = local_run(load_run_config(_config(files)))
     roots = data_roots_env(config.stage_configs(), files["dir"] / "out")["TRINITY_DATA_ROOTS"].split(os.pathsep)
     assert roots == [str(files["tasks"].resolve()), str(files["dir"] / "out")]
+
+
+def test_a_textworld_runs_games_dir_is_a_data_root_so_tasks_may_name_game_files_in_it(files):
+    games = files["dir"] / "games"
+    overrides = {"explorer.workflow": "textworld", "explorer.workflow_options": {"games_dir": str(games)}}
+    config = local_run(load_run_config(_config(files, **overrides)))
+    roots = data_roots_env(config.stage_configs(), files["dir"] / "out")["TRINITY_DATA_ROOTS"].split(os.pathsep)
+    assert roots == [str(files["tasks"].resolve()), str(games.resolve()), str(files["dir"] / "out")]

@@ -54,10 +54,18 @@ def submitted_run(config: RunConfig) -> RunConfig:
 
 
 def data_roots_env(stages: Sequence[RunConfig], output: Path) -> dict[str, str]:
-    """The buffer environment of `trinity run`: its data roots are the files the stages name and the output folder,
-    nothing else on this machine."""
+    """The services' environment of `trinity run`: the data roots are the files the stages name, the folders their
+    tasks' files are read from (a `textworld` run's `games_dir`, where tasks' `payload.game_file`s may lie) and the
+    output folder, nothing else on this machine."""
     paths = [os.path.realpath(path) for stage in stages for _, path in _data_files(stage, "")]
+    paths += [os.path.realpath(folder) for stage in stages for folder in _task_file_folders(stage)]
     return {"TRINITY_DATA_ROOTS": os.pathsep.join(dict.fromkeys([*paths, str(output)]))}
+
+
+def _task_file_folders(config: RunConfig) -> Iterator[str]:
+    games_dir = getattr(config.explorer.workflow_options, "games_dir", "")
+    if config.explorer.workflow == "textworld" and games_dir:
+        yield games_dir
 
 
 def _stages(config: RunConfig) -> Iterator[tuple[str, RunConfig]]:
