@@ -31,14 +31,21 @@ EXAMPLES = ("reasoning-gym",)
 
 def quickstart_with(preset: str) -> RunConfig:
     """The quickstart as it ships, its algorithm swapped: same model, data, budget, sampling and evaluations."""
-    config = json.loads(load_run_config(QUICKSTART).model_dump_json())
+    return with_preset(QUICKSTART, preset)
+
+
+def with_preset(path: Path, preset: str) -> RunConfig:
+    config = json.loads(load_run_config(path).model_dump_json())
     config["name"] = f"learning-check-{preset}"
     config["algorithm"]["algorithm_type"] = preset
     return RunConfig.model_validate(config)
 
 
-def example(name: str) -> RunConfig:
-    return load_run_config(ROOT / "examples" / name / "config.yaml")
+def example(spec: str) -> RunConfig:
+    """`name` (examples/<name> as it ships) or `name:preset` (its algorithm swapped, all else as it ships)."""
+    name, _, preset = spec.partition(":")
+    path = ROOT / "examples" / name / "config.yaml"
+    return with_preset(path, preset) if preset else load_run_config(path)
 
 
 def run_preset(config: RunConfig, output: Path, label: str = "") -> dict[str, Any]:
@@ -76,11 +83,13 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.learning_check")
     parser.add_argument("--presets", nargs="*", default=list(PRESETS), help="presets to run on the quickstart")
-    parser.add_argument("--examples", nargs="*", default=list(EXAMPLES), help="examples to run as they ship")
+    parser.add_argument(
+        "--examples", nargs="*", default=list(EXAMPLES), help="examples to run as they ship (name, or name:preset)"
+    )
     parser.add_argument("--output", type=Path, default=ROOT / "runs" / "learning-check", help="run directories")
     parser.add_argument("--results", type=Path, default=RESULTS, help="where the JSON results go")
     args = parser.parse_args(argv)
-    runs = [(quickstart_with(p), p) for p in args.presets] + [(example(name), name) for name in args.examples]
+    runs = [(quickstart_with(p), p) for p in args.presets] + [(example(spec), spec.replace(":", "-")) for spec in args.examples]
     results = []
     for config, label in runs:
         results.append(run_preset(config, args.output, label))

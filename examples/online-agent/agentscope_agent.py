@@ -7,9 +7,9 @@ lines: the model's `base_url` (the explorer's endpoint) and an `X-Session-Id` he
 
     python examples/online-agent/agentscope_agent.py --url http://127.0.0.1:8000/v1 --sessions 64
 
-Needs `pip install agentscope` (`make setup` installs it). The endpoint must fit the agent: its system prompt
-and tool schema render to about 170 SmolLM2 tokens and one tool call is about 35, which is why the example's
-`model.max_prompt_tokens` is 512 and `max_response_tokens` 64.
+Needs `pip install agentscope` (`make setup` installs it). The endpoint must fit the agent: its first prompt is
+236 SmolLM2 tokens (AgentScope's runtime-state reminder included) and one tool call 32, which is why the
+example's `model.max_prompt_tokens` is 512 and `max_response_tokens` 64.
 """
 
 from __future__ import annotations
