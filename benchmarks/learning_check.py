@@ -89,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=ROOT / "runs" / "learning-check", help="run directories")
     parser.add_argument("--results", type=Path, default=RESULTS, help="where the JSON results go")
     args = parser.parse_args(argv)
-    runs = [(quickstart_with(p), p) for p in args.presets] + [(example(spec), spec.replace(":", "-")) for spec in args.examples]
+    runs = [(quickstart_with(p), p) for p in args.presets] + [
+        (example(spec), spec.replace(":", "-")) for spec in args.examples
+    ]
     results = []
     for config, label in runs:
         results.append(run_preset(config, args.output, label))

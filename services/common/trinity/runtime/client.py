@@ -11,9 +11,13 @@ from typing import Any, TypeVar
 import grpc
 import tenacity
 
+from trinity.runtime.errors import REDIS_FULL
+from trinity.runtime.logging import get_logger
 from trinity.runtime.server import message_size_options
 from trinity.runtime.settings import auth_token
 from trinity.runtime.tls import TlsSettings
+
+log = get_logger(__name__)
 
 T = TypeVar("T")
 
@@ -108,6 +112,14 @@ def wait_until_serving(
     raise TimeoutError(f"{target} did not report SERVING within {timeout:.0f}s (last error: {last})")
 
 
+def _redis_full(err: BaseException) -> bool:
+    return (
+        isinstance(err, grpc.RpcError)
+        and err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        and (err.details() or "").startswith(REDIS_FULL)
+    )
+
+
 def outage_seconds() -> float:
     """How long a client keeps retrying a service that is unreachable (`TRINITY_OUTAGE_SECONDS`, default 60):
     long enough to ride out a restart of the gateway, the buffer or Redis (a few seconds each here)."""
@@ -120,14 +132,21 @@ def call_with_retry(
     within: float | None = None,
     retry_on: tuple[grpc.StatusCode, ...] = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED),
 ) -> T:
-    """`fn()`, retried with exponential backoff (0.1 s doubling to 2 s) while it fails with a transient status,
-    for up to `within` seconds (default `outage_seconds()`); for calls that are safe to repeat."""
+    """`fn()`, retried with exponential backoff (0.1 s doubling to 2 s) while it fails with a transient status
+    (`retry_on`, or a Redis at its `maxmemory`: `REDIS_FULL`), for up to `within` seconds (default
+    `outage_seconds()`); for calls that are safe to repeat."""
 
     def transient(err: BaseException) -> bool:
-        return isinstance(err, grpc.RpcError) and err.code() in retry_on
+        return isinstance(err, grpc.RpcError) and (err.code() in retry_on or _redis_full(err))
+
+    def report(state: tenacity.RetryCallState) -> None:
+        err = state.outcome.exception() if state.outcome is not None else None
+        if err is not None and _redis_full(err):
+            log.warning("buffer.redis_full", attempt=state.attempt_number, retry_in_s=round(state.upcoming_sleep, 2))
 
     retrying = tenacity.Retrying(
         retry=tenacity.retry_if_exception(transient),
+        before_sleep=report,
         wait=tenacity.wait_exponential(multiplier=0.1, max=2.0),
         stop=tenacity.stop_after_delay(outage_seconds() if within is None else within),
         reraise=True,

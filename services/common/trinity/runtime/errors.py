@@ -21,6 +21,11 @@ from trinity.runtime.logging import get_logger
 
 log = get_logger(__name__)
 
+# The start of the RESOURCE_EXHAUSTED detail of a call Redis refused at its `maxmemory`: clients retry such a call
+# (`call_with_retry`), because consumers acking and trimming free the memory, unlike the other RESOURCE_EXHAUSTED
+# answers (a request over a size limit), which fail the same way every time.
+REDIS_FULL = "redis is out of memory"
+
 
 class ServiceError(Exception):
     code = grpc.StatusCode.INTERNAL
@@ -105,6 +110,12 @@ def grpc_errors(method: F) -> F:
         except (redis.ConnectionError, redis.TimeoutError) as err:
             log.warning("redis.unavailable", method=method.__name__, error=str(err))
             _abort(context, grpc.StatusCode.UNAVAILABLE, f"redis unavailable: {err}")
+        except redis.exceptions.OutOfMemoryError as err:
+            # Redis refuses a whole MULTI (and a script before its first write) at its limit, so the call changed
+            # nothing and may be repeated.
+            log.warning("redis.full", method=method.__name__, error=str(err))
+            message = f"{REDIS_FULL} ({err}); retry once consumers have acked and trimmed, or raise its maxmemory"
+            _abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, message)
         except Exception as err:
             if _aborted(context, err):
                 raise
