@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 import torch
 from trainer_helpers import random_rollouts, run_config
 
+from trinity.trainer.checkpoint import CheckpointNotWritten
 from trinity.trainer.torch_backend import TorchBackend
 
 
@@ -53,3 +58,41 @@ def test_resume_remembers_consumed_experience_ids(tiny_model: Path, tmp_path: Pa
     b = _backend(tiny_model, tmp_path / "b")
     b.load_checkpoint(path)
     assert b.train_step(batch)["dropped/duplicate"] == 4
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A filesystem of 16 MiB of its own (the test fills it to the size it needs)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.decode().strip()}")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_checkpoint_that_fills_the_disk_is_refused_clearly_and_the_last_good_one_stays(
+    tiny_model: Path, small_disk: Path
+) -> None:
+    batches = [random_rollouts(4, seed=s) for s in range(4)]  # fresh ids: a repeated batch is a skipped step
+    a = _backend(tiny_model, small_disk)
+    a.train_step(batches[0])
+    a.train_step(batches[1])  # step 2: saved by save_interval, and it fits
+    assert (small_disk / "latest").read_text() == "step_2"
+    checkpoint_bytes = sum(p.stat().st_size for p in (small_disk / "step_2").rglob("*") if p.is_file())
+    disk = os.statvfs(small_disk)
+    # Another tenant of the disk leaves room for half a checkpoint.
+    (small_disk / "other-tenant").write_bytes(b"x" * (disk.f_bavail * disk.f_frsize - checkpoint_bytes // 2))
+    a.train_step(batches[2])
+    with pytest.raises(CheckpointNotWritten) as refused:
+        a.train_step(batches[3])  # step 4: no room for a second checkpoint
+    assert str(refused.value) == (
+        f"checkpoint step_4 was not written to {small_disk}: No space left on device; "
+        "the newest complete checkpoint is still step_2"
+    )
+    # Nothing half-written is left.
+    assert sorted(p.name for p in small_disk.iterdir()) == ["latest", "other-tenant", "step_2"]
+    b = _backend(tiny_model, small_disk / "resumed-nowhere")
+    b.load_checkpoint(small_disk)
+    assert b.step == 2

@@ -5,8 +5,10 @@ critic when PPO has one, and the optimizer state, keyed by parameter name: each 
 shards, and a checkpoint loads onto any number of ranks), `scheduler.pt`, `rng.pt` (torch, python, numpy
 and the backend's own generator: the same on every rank, which share one seed), `state.json` (step, model
 version, consumed experience ids, the KL coefficient). A checkpoint is written to a temporary directory and
-renamed into place, and `latest` is updated after, so a crash mid-save leaves the previous checkpoint intact. With
-several ranks the directory must be one that every rank sees (shared storage across hosts).
+renamed into place, and `latest` is updated after, so a crash mid-save leaves the previous checkpoint intact; a save
+that fails (a full disk) removes what it wrote and raises `CheckpointNotWritten` naming the directory, the cause and
+the newest complete checkpoint. With several ranks the directory must be one that every rank sees (shared storage
+across hosts).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
@@ -46,6 +49,10 @@ class TrainState:
         beyond its last checkpoint keeps the run's version sequence increasing."""
         self.model_version = max(self.model_version, version)
         return self.model_version
+
+
+class CheckpointNotWritten(RuntimeError):
+    """A checkpoint could not be written; nothing of it is left, and `latest` still names the previous one."""
 
 
 def _rng_state(generator: torch.Generator) -> dict[str, Any]:
@@ -124,11 +131,33 @@ def save(
             torch.save(_rng_state(generator), tmp / "rng.pt")
             (tmp / "state.json").write_text(json.dumps(asdict(state)))
             publish(tmp, final, keep)
+    except (OSError, CheckpointException) as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        cause = _os_error(err)
+        if cause is None:
+            raise
+        latest = root / LATEST
+        kept = latest.read_text().strip() if latest.is_file() else "none"
+        raise CheckpointNotWritten(
+            f"checkpoint step_{state.step} was not written to {root}: {cause.strerror or cause}; "
+            f"the newest complete checkpoint is still {kept}"
+        ) from err
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     _barrier()
     return final
+
+
+def _os_error(err: BaseException) -> OSError | None:
+    """The OSError behind a failed save: itself, or the first rank's failure inside DCP's CheckpointException."""
+    if isinstance(err, OSError):
+        return err
+    if isinstance(err, CheckpointException):
+        for failure, _trace in err.failures.values():
+            if isinstance(failure, OSError):
+                return failure
+    return None
 
 
 def publish(tmp: Path, final: Path, keep: int | None) -> None:
