@@ -6,6 +6,7 @@ whole batch), so replicas that kept in step have equal weights.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -181,3 +182,27 @@ def test_a_steered_learning_rate_reaches_every_rank(tiny_model: Path) -> None:
     assert metrics["lr"] == pytest.approx(steered)
     assert [s["learning_rate"] for s in states] == [pytest.approx(steered)] * 2
     assert states[1]["weights_digest"] == states[0]["weights_digest"]
+
+
+@pytest.mark.system  # 20 s of waiting for a bound: kept out of `make test`'s budget
+def test_a_hung_follower_fails_the_next_call_within_the_command_timeout_naming_it(tiny_model: Path) -> None:
+    bound = 5.0
+    backend = ReplicatedBackend(
+        _config(tiny_model, command_timeout_s=bound, collective_timeout_s=bound), None, run_id="dp2-hang"
+    )
+    pid = backend.local_followers.pid(1)
+    try:
+        backend.train_step(grouped_rollouts(2, 4, seed=1))
+        os.kill(pid, signal.SIGSTOP)  # alive, holding its sockets open, answering nothing
+        started = time.monotonic()
+        with pytest.raises(RankFailure) as failure:
+            backend.train_step(grouped_rollouts(2, 4, seed=2))
+        seconds = time.monotonic() - started
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # the failure killed it (local followers are stopped)
+            os.kill(pid, signal.SIGCONT)
+        backend.close()
+    assert failure.value.ranks == {1: "answered nothing within 5s (command_timeout_s)"}
+    assert "train_step failed on the trainer ranks" in str(failure.value)
+    assert seconds < 4 * bound  # bounded: the stopped rank would otherwise hold rank 0 forever
+    assert not dist.is_initialized()

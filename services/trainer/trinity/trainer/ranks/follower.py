@@ -18,7 +18,6 @@ import sys
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -85,9 +84,7 @@ def serve_run(env: RankEnv, store: dist.Store, announcement: rendezvous.Announce
         backend = build_backend(config, ckpt)
         store.set(f"ready/{env.rank}", "1")
         while True:
-            box: list[Any] = [None]
-            dist.broadcast_object_list(box, src=0, group=groups.commands)
-            method, args = box[0]
+            method, args = rendezvous.receive_command(groups)
             result = None if method == END else run_command(backend, method, args)
             dist.gather_object(result, None, dst=0, group=groups.replies)
             if method == END:

@@ -195,7 +195,7 @@ class ReplicatedBackend:
             assert self._groups is not None
             replies: list[Any] = [None] * self.world_size
             try:
-                dist.broadcast_object_list([(method, args)], src=0, group=self._groups.commands)
+                rendezvous.send_command(self._groups, (method, args), self.trainer.command_timeout_s)
                 # A weights stream closed early has been drained: the call is complete.
                 with suppress(GeneratorExit):
                     yield replies
@@ -267,6 +267,10 @@ class ReplicatedBackend:
         while not failed and time.monotonic() < deadline:
             time.sleep(0.1)
             failed = self._failed_ranks()
+        if not failed and isinstance(err, rendezvous.CommandTimeout):
+            # Alive (no exit code, no report) but deaf: gloo does not say which one, so every follower is named.
+            limit = f"answered nothing within {self.trainer.command_timeout_s:g}s (command_timeout_s)"
+            failed = dict.fromkeys(range(1, self.world_size), limit)
         self._abandon()
         log.error("ranks.failed", what=what, ranks=sorted(failed), error=one_line(err))
         return RankFailure(f"{what} failed on the trainer ranks (rank 0 saw: {one_line(err)})", failed)

@@ -10,11 +10,13 @@ group (the backend's collectives) and two gloo groups of the command loop.
 from __future__ import annotations
 
 import json
+import pickle
 import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -110,6 +112,35 @@ def init_groups(store: dist.Store, rank: int, world_size: int, trainer: TorchTra
     commands = dist.new_group(backend="gloo", timeout=IDLE_TIMEOUT)
     replies = dist.new_group(backend="gloo", timeout=timedelta(seconds=trainer.command_timeout_s))
     return Groups(commands, replies)
+
+
+class CommandTimeout(RuntimeError):
+    """Rank 0 could not hand a command to every follower in time: one is alive but answers nothing."""
+
+
+def send_command(groups: Groups, command: tuple[str, tuple[Any, ...]], timeout_s: float) -> None:
+    """Rank 0: `command` to every follower, within `timeout_s`. The commands group itself never times out
+    (followers idle on it between steps), and gloo's broadcast waits for each receiver to be ready, so a follower
+    that is alive but stuck (stopped, blocked in I/O) would hold rank 0 forever without this bound."""
+    payload = pickle.dumps(command)
+    limit = timedelta(seconds=timeout_s)
+    for tensor in (torch.tensor([len(payload)], dtype=torch.int64), torch.frombuffer(payload, dtype=torch.uint8)):
+        work = dist.broadcast(tensor, src=0, group=groups.commands, async_op=True)
+        assert work is not None  # async_op=True always returns the work
+        try:
+            work.wait(limit)
+        except RuntimeError as err:
+            raise CommandTimeout(f"the command did not reach every rank within {timeout_s:g}s: {err}") from err
+
+
+def receive_command(groups: Groups) -> tuple[str, tuple[Any, ...]]:
+    """A follower: the next command rank 0 sends (waits as long as rank 0 is idle)."""
+    size = torch.zeros(1, dtype=torch.int64)
+    dist.broadcast(size, src=0, group=groups.commands)
+    data = torch.empty(int(size.item()), dtype=torch.uint8)
+    dist.broadcast(data, src=0, group=groups.commands)
+    method, args = pickle.loads(data.numpy().tobytes())
+    return method, args
 
 
 def ranks_with(store: dist.Store, key: str, ranks: range) -> list[int]:
