@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -87,10 +88,12 @@ def test_a_checkpoint_that_fills_the_disk_is_refused_clearly_and_the_last_good_o
     a.train_step(batches[2])
     with pytest.raises(CheckpointNotWritten) as refused:
         a.train_step(batches[3])  # step 4: no room for a second checkpoint
-    assert str(refused.value) == (
-        f"checkpoint step_4 was not written to {small_disk}: No space left on device; "
-        "the newest complete checkpoint is still step_2"
-    )
+    # Which layer meets the full disk first varies (an OSError, or torch's zip writer), the free space does not.
+    message = str(refused.value)
+    assert message.startswith(f"checkpoint step_4 was not written to {small_disk}: ")
+    assert message.endswith("; the newest complete checkpoint is still step_2")
+    free_mib = float(re.search(r"\((\d+\.\d) MiB free there\)", message).group(1))
+    assert free_mib * 2**20 < checkpoint_bytes  # less than one checkpoint was left
     # Nothing half-written is left.
     assert sorted(p.name for p in small_disk.iterdir()) == ["latest", "other-tenant", "step_2"]
     b = _backend(tiny_model, small_disk / "resumed-nowhere")

@@ -32,6 +32,7 @@ from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+from trinity.runtime.errors import one_line
 from trinity.trainer.metrics import CHECKPOINT_SECONDS
 
 LATEST = "latest"
@@ -131,16 +132,16 @@ def save(
             torch.save(_rng_state(generator), tmp / "rng.pt")
             (tmp / "state.json").write_text(json.dumps(asdict(state)))
             publish(tmp, final, keep)
-    except (OSError, CheckpointException) as err:
+    except (OSError, RuntimeError, CheckpointException) as err:
+        # A full disk surfaces as an OSError, or (torch's zip writer) a RuntimeError, possibly inside DCP's
+        # CheckpointException: the free space, measured before the partial files go, says which it was.
+        free_mib = shutil.disk_usage(root).free / 2**20
         shutil.rmtree(tmp, ignore_errors=True)
-        cause = _os_error(err)
-        if cause is None:
-            raise
         latest = root / LATEST
         kept = latest.read_text().strip() if latest.is_file() else "none"
         raise CheckpointNotWritten(
-            f"checkpoint step_{state.step} was not written to {root}: {cause.strerror or cause}; "
-            f"the newest complete checkpoint is still {kept}"
+            f"checkpoint step_{state.step} was not written to {root}: {_cause(err)} ({free_mib:.1f} MiB free "
+            f"there); the newest complete checkpoint is still {kept}"
         ) from err
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -149,15 +150,13 @@ def save(
     return final
 
 
-def _os_error(err: BaseException) -> OSError | None:
-    """The OSError behind a failed save: itself, or the first rank's failure inside DCP's CheckpointException."""
-    if isinstance(err, OSError):
-        return err
-    if isinstance(err, CheckpointException):
-        for failure, _trace in err.failures.values():
-            if isinstance(failure, OSError):
-                return failure
-    return None
+def _cause(err: BaseException) -> str:
+    """What failed a save, in one line: the error, or the first rank's inside DCP's CheckpointException."""
+    if isinstance(err, CheckpointException) and err.failures:
+        err = next(iter(err.failures.values()))[0]
+    if isinstance(err, OSError) and err.strerror:
+        return err.strerror
+    return one_line(err)
 
 
 def publish(tmp: Path, final: Path, keep: int | None) -> None:
