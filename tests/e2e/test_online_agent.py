@@ -79,6 +79,7 @@ class Streamers:
                 chunks = client.chat.completions.create(
                     model="policy",
                     messages=[{"role": "user", "content": "Count from one to twenty in words."}],
+                    max_tokens=16,  # the example's limit fits agent frameworks (64); these streams need no more
                     stream=True,
                     extra_headers={"X-Session-Id": f"stream-{uuid.uuid4().hex}"},
                 )
