@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import tiny_config, write_config
-from tests.e2e.test_run import _logs, _trinity_run
+from tests.e2e.test_run import _logs, succeeded_summary
 from tests.e2e.test_serve_lifecycle import _wait
 from trinity.runtime.redis_server import free_port
 
@@ -41,11 +41,7 @@ def test_an_in_process_agentscope_run_on_the_tiny_model_succeeds(long_context_ti
             "explorer.eval_interval": 0,
         },
     )
-    output = tmp_path / "out"
-    done = _trinity_run(write_config(tmp_path / "config.yaml", config), output)
-    assert done.returncode == 0, done.stdout + done.stderr + _logs(output)
-    summary = json.loads((output / "summary.json").read_text())
-    assert summary["state"] == "RUN_STATE_SUCCEEDED"
+    summary = succeeded_summary(config, tmp_path)
     assert len(summary["train"]) == 2
     counts = summary["experience_counts"]["stage0"]
     # Each episode is at least one model call (one experience); 2 batches of 2 tasks x 4 episodes were trained.

@@ -4,12 +4,10 @@ proves the calls)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.e2e.conftest import EXAMPLES, tiny_config, write_config
-from tests.e2e.test_run import _logs, _trinity_run
+from tests.e2e.conftest import EXAMPLES, tiny_config
+from tests.e2e.test_run import succeeded_summary
 
 
 @pytest.mark.system  # a whole stack and a vLLM engine: 25 s here
@@ -34,11 +32,7 @@ def test_a_react_run_on_the_tiny_model_succeeds(long_context_tiny_model, tmp_pat
             "explorer.eval_interval": 0,
         },
     )
-    output = tmp_path / "out"
-    done = _trinity_run(write_config(tmp_path / "config.yaml", config), output)
-    assert done.returncode == 0, done.stdout + done.stderr + _logs(output)
-    summary = json.loads((output / "summary.json").read_text())
-    assert summary["state"] == "RUN_STATE_SUCCEEDED"
+    summary = succeeded_summary(config, tmp_path)
     assert len(summary["train"]) == 2
     assert sum(row.get("dropped_rollouts", 0.0) for row in summary["explore"]) == 0
     counts = summary["experience_counts"]["stage0"]

@@ -27,6 +27,16 @@ def _logs(output: Path) -> str:
     return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted((output / "logs").glob("*.log")))
 
 
+def succeeded_summary(config: dict, tmp_path: Path) -> dict:
+    """`trinity run` of `config` under `tmp_path`, which must exit 0 and SUCCEED; its summary."""
+    output = tmp_path / "out"
+    done = _trinity_run(write_config(tmp_path / "config.yaml", config), output)
+    assert done.returncode == 0, done.stdout + done.stderr + _logs(output)
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["state"] == "RUN_STATE_SUCCEEDED"
+    return summary
+
+
 @pytest.fixture(scope="module")
 def sync_run(tiny_model, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sync-run")

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from tests.e2e.conftest import tiny_config, write_config
-from tests.e2e.test_run import _logs, _trinity_run
+from tests.e2e.conftest import tiny_config
+from tests.e2e.test_run import succeeded_summary
 
 # guess_number reads the secret with int(): "seven" makes every rollout of that task raise ValueError.
 ROWS = [{"question": "Guess my number between 1 and 9.", "answer": answer} for answer in ("3", "seven", "5", "8")]
@@ -31,11 +31,7 @@ def test_a_run_with_a_task_that_cannot_be_rolled_out_succeeds_and_counts_the_dro
             "explorer.eval_interval": 0,
         },
     )
-    output = tmp_path / "out"
-    done = _trinity_run(write_config(tmp_path / "config.yaml", config), output)
-    assert done.returncode == 0, done.stdout + done.stderr + _logs(output)
-    summary = json.loads((output / "summary.json").read_text())
-    assert summary["state"] == "RUN_STATE_SUCCEEDED"
+    summary = succeeded_summary(config, tmp_path)
     assert len(summary["train"]) == 2
     explore = summary["explore"]
     dropped = sum(row.get("dropped_rollouts.error:ValueError", 0.0) for row in explore)
