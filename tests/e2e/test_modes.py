@@ -16,7 +16,7 @@ from trinity.config import load_run_config
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def _example(name: str, model: Path, steps: int = 2, **changes) -> dict:
+def example_config(name: str, model: Path, steps: int = 2, **changes) -> dict:
     """The example's config (paths resolved as the file would), on the tiny model, with few steps."""
     config = json.loads(load_run_config(EXAMPLES / name / "config.yaml").model_dump_json())
     config["model"]["path"] = str(model)
@@ -40,21 +40,21 @@ def _run(config: dict, tmp_path: Path) -> dict:
 
 
 def test_offline_sft_trains_on_the_loaded_chats(tiny_model, tmp_path):
-    summary = _run(_example("sft", tiny_model), tmp_path)
+    summary = _run(example_config("sft", tiny_model), tmp_path)
     assert [row["samples"] for row in summary["train"]] == [16.0, 16.0]
     counts = summary["experience_counts"]["stage0"]
     assert counts["put"] == 100 and counts["acked"] == 32  # 100 demonstrations loaded, 2 x 16 trained
 
 
 def test_offline_dpo_starts_at_log_two_and_trains_pairs(tiny_model, tmp_path):
-    summary = _run(_example("dpo", tiny_model), tmp_path)
+    summary = _run(example_config("dpo", tiny_model), tmp_path)
     # policy == reference at the first step: the DPO loss is exactly -log(sigmoid(0)) = log 2
     assert summary["train"][0]["loss/total"] == pytest.approx(math.log(2), abs=1e-4)
     assert summary["experience_counts"]["stage0"]["acked"] == 32
 
 
 def test_multi_step_frozen_lake_with_gigpo(tiny_model, tmp_path):
-    config = _example(
+    config = example_config(
         "frozenlake",
         tiny_model,
         **{"explorer.workflow_options": {"max_steps": 2}, "model.max_response_tokens": 8},
@@ -67,7 +67,7 @@ def test_multi_step_frozen_lake_with_gigpo(tiny_model, tmp_path):
 
 
 def test_sft_then_grpo_starts_stage_two_from_the_sft_weights(tiny_model, tmp_path):
-    summary = _run(_example("multistage", tiny_model), tmp_path)
+    summary = _run(example_config("multistage", tiny_model), tmp_path)
     assert [(row["stage"], row["step"]) for row in summary["train"]] == [(0, 1), (0, 2), (1, 1), (1, 2)]
     assert set(summary["experience_counts"]) == {"stage0", "stage1"}
     assert summary["final_model_path"].endswith("stage1/final")

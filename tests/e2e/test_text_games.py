@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_modes import _example, _run
+from tests.e2e.test_modes import _run, example_config
 
 pytestmark = pytest.mark.system
 
 
 def _small(name: str, model: Path, **changes) -> dict:
-    config = _example(
+    config = example_config(
         name,
         model,
         **{

@@ -10,6 +10,7 @@ import redis
 
 from tests.gateway.run_harness import RECOVERY_S, Gateway
 from trinity.config import RunConfig
+from trinity.gateway.supervision import ABSENT_SECONDS
 from trinity.runtime.redis_server import RedisServer, start_redis_server
 from trinity.v1 import gateway_pb2
 
@@ -161,3 +162,47 @@ def test_a_serve_run_stopped_before_its_training_finished_is_cancelled(gateway, 
     run_id = gateway.launch(unique, **SERVING_ON)
     gateway.orchestrator.cancel(run_id, "terminated (SIGTERM)")
     assert gateway.run(run_id).state == CANCELLED
+
+
+def test_an_assigned_instance_whose_start_never_arrived_is_started_once_it_says_so_long_enough(gateway, unique):
+    # A gateway that died between writing an assignment and calling StartRun: the instance's heartbeats say it works
+    # on no run (a process restarted under the same id, waiting for its start).
+    run_id = gateway.launch(unique)
+    explorer = gateway.explorer
+    gateway.registry.heartbeat(explorer.instance_id, "", 0)
+    gateway.orchestrator.sweep()
+    gateway.clock.advance(ABSENT_SECONDS - 1)
+    gateway.orchestrator.sweep()
+    assert len(explorer.starts) == 1 and not gateway.run(run_id).lost_unix_ms  # one late heartbeat is no loss
+
+    gateway.clock.advance(2)
+    gateway.orchestrator.sweep()
+    run = gateway.run(run_id)
+    assert run.state == RUNNING and not run.lost_unix_ms and run.assignments[explorer.instance_id] == "explorer"
+    assert [s.run_id for s in explorer.starts] == [run_id, run_id]
+    lost = f"explorer {explorer.instance_id} lost (assigned to stage 0 but working on no run)"
+    assert ("log", lost) in gateway.events(run_id)
+
+
+def test_an_instance_whose_heartbeats_name_its_run_and_stage_is_left_alone(gateway, unique):
+    run_id = gateway.launch(unique)
+    for fake in (gateway.trainer, gateway.explorer):
+        gateway.registry.heartbeat(fake.instance_id, run_id, 0)
+    gateway.clock.advance(ABSENT_SECONDS * 10)
+    gateway.orchestrator.sweep()
+    assert len(gateway.trainer.starts) == len(gateway.explorer.starts) == 1
+    assert not gateway.run(run_id).lost_unix_ms
+
+
+def test_a_stage_begun_by_a_gateway_that_died_before_starting_it_is_started_by_the_next_sweep(gateway, unique):
+    run_id = gateway.launch(unique, stages=({"buffer": {"total_steps": 1}},))
+    with gateway.orchestrator.ledger.change(run_id) as run:  # what such a gateway left: stage 1, nothing assigned
+        run.stage += 1
+        run.assignments.clear()
+    gateway.orchestrator.sweep()
+    gateway.orchestrator.stages.pool.shutdown(wait=True)  # the launch the sweep handed to the pool
+
+    run = gateway.run(run_id)
+    assert run.state == RUNNING and run.stage == 1 and len(run.assignments) == 2
+    assert [s.stage for s in gateway.trainer.starts] == [s.stage for s in gateway.explorer.starts] == [0, 1]
+    assert ("log", "stage 1 was not started: starting it") in gateway.events(run_id)

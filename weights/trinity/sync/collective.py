@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from trinity.runtime.failpoints import failpoint
 from trinity.runtime.logging import get_logger
 from trinity.sync.checksum import checksum_bytes, tensor_bytes
 from trinity.sync.errors import ChecksumMismatch, NoUpdateYet, StaleVersion, SyncError
@@ -153,6 +154,7 @@ class WeightSender(SyncSender):
         except SyncError:
             self._version = None  # the group is broken; this version is abandoned on every member
             raise
+        failpoint("weights.publish")  # a chunk is out, the version not finished: receivers hold a partial one
 
     def abandon(self, reason: str) -> None:
         # Receivers are inside this version's message sequence: only a new generation can go on.

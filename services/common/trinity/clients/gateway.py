@@ -61,8 +61,8 @@ class GatewayClient:
     def register(self, instance: gateway_pb2.Instance) -> gateway_pb2.RegisterResponse:
         return self._call("Register", gateway_pb2.RegisterRequest(instance=instance))
 
-    def heartbeat(self, instance_id: str, run_id: str = "", model_version: int = 0) -> bool:
-        request = gateway_pb2.HeartbeatRequest(instance_id=instance_id, run_id=run_id, model_version=model_version)
+    def heartbeat(self, instance_id: str, run_id: str = "", stage: int = 0) -> bool:
+        request = gateway_pb2.HeartbeatRequest(instance_id=instance_id, run_id=run_id, stage=stage)
         return bool(self.stub.Heartbeat(request, timeout=self.timeout).known)
 
     def instances(self, service: str = "") -> list[gateway_pb2.Instance]:

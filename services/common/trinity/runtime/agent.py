@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import grpc
 
@@ -23,13 +24,15 @@ def has_gpu() -> bool:
 
 
 class GatewayAgent:
-    """Keeps this instance registered; `run_id` / `model_version` ride along on each heartbeat."""
+    """Keeps this instance registered; the run and stage it works on (`current_run()`) ride along on each
+    heartbeat, so the gateway sees an assignment that never reached it."""
 
-    def __init__(self, gateway: str, instance: gateway_pb2.Instance) -> None:
+    def __init__(
+        self, gateway: str, instance: gateway_pb2.Instance, current_run: Callable[[], tuple[str, int]] | None = None
+    ) -> None:
         self.client = GatewayClient(gateway, timeout=10)
         self.instance = instance
-        self.run_id = ""
-        self.model_version = 0
+        self.current_run = current_run or (lambda: ("", 0))
         self.interval = 1.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="gateway-agent", daemon=True)
@@ -43,6 +46,7 @@ class GatewayAgent:
         self.client.close()
 
     def _register(self) -> None:
+        self.instance.run_id, self.instance.stage = self.current_run()
         reply = self.client.register(self.instance)
         self.interval = reply.heartbeat_interval_seconds or 1.0
         log.info("gateway.registered", gateway=self.client.target, address=self.instance.address)
@@ -54,7 +58,7 @@ class GatewayAgent:
                 if not registered:
                     self._register()
                     registered = True
-                elif not self.client.heartbeat(self.instance.instance_id, self.run_id, self.model_version):
+                elif not self.client.heartbeat(self.instance.instance_id, *self.current_run()):
                     registered = False  # the gateway lost us (a restart without Redis state): register again
                     continue
             except grpc.RpcError as err:

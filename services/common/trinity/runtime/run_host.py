@@ -54,7 +54,13 @@ class RunHost:
         self.make_runner = make_runner
         self.metrics = metrics
         self.runner: Any = None
+        self._assigned = ("", 0)  # the run and stage StartRun last accepted: what heartbeats report
         self._lock = threading.Lock()
+
+    def current_run(self) -> tuple[str, int]:
+        """The run (and stage) this instance was last started on, ("", 0) before any: from the moment StartRun
+        accepts it, through a slow runner construction, until the next StartRun."""
+        return self._assigned
 
     def status(self) -> common_pb2.ServiceStatus:
         runner = self.runner
@@ -79,8 +85,13 @@ class RunHost:
                 if current.run_id == request.run_id and current.stage == request.stage:
                     return self.status()  # a retried assignment
                 raise FailedPrecondition(f"busy with run {current.run_id!r}; stop it first")
-            self.runner = self.make_runner(request, config)
-            self.runner.start()
+            before, self._assigned = self._assigned, (request.run_id, request.stage)
+            try:
+                self.runner = self.make_runner(request, config)
+                self.runner.start()
+            except BaseException:
+                self._assigned = before
+                raise
         return self.status()
 
     def stop(self, request: explorer_pb2.StopRunRequest) -> common_pb2.ServiceStatus:

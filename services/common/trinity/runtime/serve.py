@@ -13,10 +13,13 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trinity.runtime.logging import configure_logging, get_logger
 from trinity.runtime.settings import ServiceSettings
+
+if TYPE_CHECKING:
+    from trinity.runtime.server import GrpcServer
 
 SERVICE_GROUP = "trinity.services"
 PARENT_ENV = "TRINITY_DIE_WITH_PARENT"
@@ -79,7 +82,7 @@ def serve(args: argparse.Namespace) -> int:
     start_metrics_server(settings.metrics_port, settings.host)  # the same interface as gRPC
     server = start(settings)
     server.install_signal_handlers()
-    agent = _register_with_gateway(args.service, settings, server.port)
+    agent = _register_with_gateway(args.service, settings, server)
     print(f"trinity {args.service} serving on port {server.port}", flush=True)
     try:
         server.wait()
@@ -92,7 +95,7 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _register_with_gateway(service: str, settings: ServiceSettings, port: int) -> Any:
+def _register_with_gateway(service: str, settings: ServiceSettings, server: GrpcServer) -> Any:
     """Explorer, trainer and buffer announce themselves to the gateway when one is configured (the gateway assigns
     them to runs; the trackers only watch runs)."""
     if service not in ("buffer", "explorer", "trainer") or not settings.gateway:
@@ -103,11 +106,11 @@ def _register_with_gateway(service: str, settings: ServiceSettings, port: int) -
     instance = gateway_pb2.Instance(
         instance_id=settings.instance_id,
         service=service,
-        address=settings.advertised_address(port),
+        address=settings.advertised_address(server.port),
         has_gpu=has_gpu() if service in ("explorer", "trainer") else False,
         started_unix_ms=time.time_ns() // 1_000_000,  # this process's incarnation of the instance id
     )
-    return GatewayAgent(settings.gateway, instance).start()
+    return GatewayAgent(settings.gateway, instance, server.current_run).start()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

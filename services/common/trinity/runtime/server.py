@@ -123,12 +123,14 @@ class ServiceRegistration:
     """How a service plugs into the bootstrap: its servicer adder and its full service names.
 
     `on_shutdown` runs after the drain; `on_shutdown_async` then runs on the server's loop, for what the
-    coroutine handlers used there (redis.asyncio clients)."""
+    coroutine handlers used there (redis.asyncio clients). `current_run`: the run and stage a service that runs
+    runs was last started on (`RunHost.current_run`), for its heartbeats."""
 
     add_to_server: Callable[[grpc.aio.Server], None]
     service_names: Iterable[str]
     on_shutdown: Callable[[], None] | None = None
     on_shutdown_async: Callable[[], Coroutine[Any, Any, None]] | None = None
+    current_run: Callable[[], tuple[str, int]] | None = None
 
 
 T = TypeVar("T")
@@ -144,6 +146,7 @@ class GrpcServer:
     def __init__(self, settings: ServiceSettings, registration: ServiceRegistration) -> None:
         self.settings = settings
         self._registration = registration
+        self.current_run = registration.current_run
         self._pool = futures.ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix=settings.service)
         self._loop = asyncio.new_event_loop()
         self._loop.set_default_executor(self._pool)
@@ -257,10 +260,12 @@ def start_grpc_service(
     add_servicer: Callable[[Any, grpc.aio.Server], None],
     service_name: str,
     on_shutdown: Callable[[], None] | None = None,
+    current_run: Callable[[], tuple[str, int]] | None = None,
 ) -> GrpcServer:
     registration = ServiceRegistration(
         add_to_server=lambda server: add_servicer(servicer, server),
         service_names=[service_name],
         on_shutdown=on_shutdown,
+        current_run=current_run,
     )
     return GrpcServer(settings, registration).start()

@@ -296,7 +296,7 @@ class SteerRunResponse(_message.Message):
     def __init__(self, applied: _Optional[_Iterable[str]] = ..., changes: _Optional[_Iterable[_Union[_common_pb2.SteerChange, _Mapping]]] = ...) -> None: ...
 
 class Instance(_message.Message):
-    __slots__ = ("instance_id", "service", "address", "has_gpu", "alive", "last_heartbeat_unix_ms", "run_id", "started_unix_ms")
+    __slots__ = ("instance_id", "service", "address", "has_gpu", "alive", "last_heartbeat_unix_ms", "run_id", "started_unix_ms", "stage")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     SERVICE_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -305,6 +305,7 @@ class Instance(_message.Message):
     LAST_HEARTBEAT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     STARTED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
     instance_id: str
     service: str
     address: str
@@ -313,7 +314,8 @@ class Instance(_message.Message):
     last_heartbeat_unix_ms: int
     run_id: str
     started_unix_ms: int
-    def __init__(self, instance_id: _Optional[str] = ..., service: _Optional[str] = ..., address: _Optional[str] = ..., has_gpu: _Optional[bool] = ..., alive: _Optional[bool] = ..., last_heartbeat_unix_ms: _Optional[int] = ..., run_id: _Optional[str] = ..., started_unix_ms: _Optional[int] = ...) -> None: ...
+    stage: int
+    def __init__(self, instance_id: _Optional[str] = ..., service: _Optional[str] = ..., address: _Optional[str] = ..., has_gpu: _Optional[bool] = ..., alive: _Optional[bool] = ..., last_heartbeat_unix_ms: _Optional[int] = ..., run_id: _Optional[str] = ..., started_unix_ms: _Optional[int] = ..., stage: _Optional[int] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
     __slots__ = ("instance",)
@@ -328,14 +330,14 @@ class RegisterResponse(_message.Message):
     def __init__(self, heartbeat_interval_seconds: _Optional[float] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("instance_id", "run_id", "model_version")
+    __slots__ = ("instance_id", "run_id", "stage")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
-    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
     instance_id: str
     run_id: str
-    model_version: int
-    def __init__(self, instance_id: _Optional[str] = ..., run_id: _Optional[str] = ..., model_version: _Optional[int] = ...) -> None: ...
+    stage: int
+    def __init__(self, instance_id: _Optional[str] = ..., run_id: _Optional[str] = ..., stage: _Optional[int] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("known",)

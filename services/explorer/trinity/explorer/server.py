@@ -199,5 +199,6 @@ def start_explorer(settings: ServiceSettings) -> GrpcServer:
         explorer_pb2_grpc.add_ExplorerServiceServicer_to_server,
         SERVICE_NAME,
         on_shutdown=servicer.shutdown,
+        current_run=servicer.host.current_run,
     )
     return servicer.server

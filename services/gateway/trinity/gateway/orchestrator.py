@@ -135,8 +135,10 @@ class Orchestrator:
         """The monitor's periodic work, once: lost instances, replacements, pending launches."""
         for instance in self.ledger.registry.sweep():
             self.supervisor.on_instance_lost(instance, "no heartbeat")
-        runs = self.ledger.runs.all()  # one read per sweep; a launch or a replacement re-reads what it changes
+        self.supervisor.find_absent(self.ledger.runs.all())
+        runs = self.ledger.runs.all()  # one read for the rest; a launch or a replacement re-reads what it changes
         self.supervisor.recover(runs)
+        self.stages.relaunch(runs)
         self.stages.schedule_pending(runs)
 
     def _monitor(self, interval: float) -> None:

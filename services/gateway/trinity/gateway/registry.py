@@ -29,14 +29,13 @@ class InstanceRegistry:
         replaced = previous is not None and previous.started_unix_ms != instance.started_unix_ms
         return previous if replaced else None
 
-    def heartbeat(self, instance_id: str, run_id: str = "") -> bool:
+    def heartbeat(self, instance_id: str, run_id: str = "", stage: int = 0) -> bool:
         instance = self.get(instance_id)
         if instance is None:
             return False
         instance.last_heartbeat_unix_ms = now_ms()
         instance.alive = True
-        if run_id:
-            instance.run_id = run_id
+        instance.run_id, instance.stage = run_id, stage
         self.client.hset(keys.INSTANCES, instance_id, instance.SerializeToString())
         return True
 

@@ -136,7 +136,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
 
     @grpc_errors
     def Heartbeat(self, request: gateway_pb2.HeartbeatRequest, context: grpc.ServicerContext) -> Any:
-        known = self.registry.heartbeat(require(request.instance_id, "instance_id"), bounded(request.run_id, "run_id"))
+        instance_id = require(request.instance_id, "instance_id")
+        known = self.registry.heartbeat(instance_id, bounded(request.run_id, "run_id"), request.stage)
         return gateway_pb2.HeartbeatResponse(known=known)
 
     @grpc_errors

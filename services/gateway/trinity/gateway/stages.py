@@ -14,6 +14,7 @@ from trinity.config.preset_operators import applied_by_preset, stream_operators
 from trinity.gateway.ledger import ROLE_EXPLORER, ROLE_TRAINER, RUNNING, RunLedger, all_finished, unfinished
 from trinity.gateway.runs import TERMINAL
 from trinity.runtime.errors import FailedPrecondition, NotFound, one_line
+from trinity.runtime.failpoints import failpoint
 from trinity.runtime.logging import get_logger
 from trinity.v1 import common_pb2, explorer_pb2, gateway_pb2
 
@@ -148,7 +149,7 @@ class Stages:
             resume_model_version=self._newest_version(run) if replacing else 0,
         )
         self.ledger.start_run(instance, request)
-        instance.run_id = run.id
+        instance.run_id, instance.stage = run.id, run.stage  # as its heartbeats will say from now on
         self.ledger.registry.save(instance)
         self.ledger.note(run.id, f"{instance.service} {instance.instance_id} started")
 
@@ -179,14 +180,41 @@ class Stages:
     def advance_if_done(self, run: gateway_pb2.Run) -> bool:
         """Whether every assigned instance has finished the run's stage; then the next stage starts, or the run
         succeeds after its last."""
-        if not all(i in run.finished for i in run.assignments):
+        if not _stage_done(run):
             return False
         if run.stage + 1 >= len(RunConfig.model_validate_json(run.config_json).stage_configs()):
             self.ledger.finish(run.id, gateway_pb2.RUN_STATE_SUCCEEDED, "all stages finished")
             return True
+        self._launching.add(run.id)  # before the run shows no assignments, which `relaunch` would take up
         with self.ledger.change(run.id) as run:
+            if run.state in TERMINAL or not _stage_done(run):  # ended, or advanced by a report beside this one
+                self._launching.discard(run.id)
+                return True
+            # One write: a gateway that dies after it finds the next stage with nothing assigned (`relaunch`).
             run.stage += 1
+            run.assignments.clear()
+            del run.finished[:]
         starting = f"stage {run.stage} starting from {self.ledger.stage_config(run).model.path}"
         self.ledger.event(run.id, gateway_pb2.EVENT_KIND_STATE, message=starting, state=RUNNING)
+        failpoint("gateway.stage")  # the ledger is in the next stage, whose services have not been started
         self.launch(run.id)
         return True
+
+    def relaunch(self, runs: list[gateway_pb2.Run]) -> None:
+        """Launch each running run that has nothing assigned: its stage began on a gateway that died before it
+        started the stage's services."""
+        for run in runs:
+            if run.state != RUNNING or run.assignments:
+                continue
+            # Read afresh, then the launch set: a launch adds the run there before it empties its assignments
+            # and leaves after it fills them, so an empty run outside the set is one nobody is launching.
+            if self.ledger.runs.get(run.id).assignments or run.id in self._launching:
+                continue
+            self.ledger.note(run.id, f"stage {run.stage} was not started: starting it")
+            self._launching.add(run.id)
+            self.pool.submit(self.launch, run.id)
+
+
+def _stage_done(run: gateway_pb2.Run) -> bool:
+    """Whether the stage has instances and every one has finished its part."""
+    return bool(run.assignments) and all(i in run.finished for i in run.assignments)

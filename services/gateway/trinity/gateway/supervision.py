@@ -13,22 +13,47 @@ from trinity.gateway.ledger import ROLE_EXPLORER, ROLE_TRAINER, RUNNING, RunLedg
 from trinity.gateway.runs import TERMINAL
 from trinity.gateway.stages import Stages
 from trinity.runtime.errors import one_line
+from trinity.runtime.failpoints import failpoint
 from trinity.runtime.logging import get_logger
 from trinity.v1 import explorer_pb2, gateway_pb2
 
 log = get_logger(__name__)
+
+# How long an assigned instance may say it works on something else before it counts as lost: heartbeats come each
+# second, and one sent before StartRun arrived may land after it.
+ABSENT_SECONDS = 5.0
 
 
 class Supervisor:
     def __init__(self, ledger: RunLedger, stages: Stages, recovery_seconds: float) -> None:
         self.ledger, self.stages = ledger, stages
         self.recovery_seconds = recovery_seconds
+        self._absent_since: dict[tuple[str, str], int] = {}  # (run, instance) -> unix ms it was first seen absent
 
     def on_instance_lost(self, instance: gateway_pb2.Instance, why: str) -> None:
         log.warning("instance.lost", instance=instance.instance_id, service=instance.service, why=why)
         for run in self.ledger.runs.all():
             if run.state not in TERMINAL and instance.instance_id in run.assignments:
                 self.lose(run.id, instance.instance_id, why)
+
+    def find_absent(self, runs: list[gateway_pb2.Run]) -> None:
+        """Lose each live assigned instance whose heartbeats have said for `ABSENT_SECONDS` that it works on another
+        run or stage, or none: its StartRun never reached it (the gateway died between assigning and starting it)."""
+        now, absent = self.ledger.clock(), {}
+        for run in runs:
+            if run.state != RUNNING:
+                continue
+            for instance_id in run.assignments:
+                instance = self.ledger.registry.get(instance_id)
+                if instance_id in run.finished or instance_id in run.lost_unix_ms or not instance or not instance.alive:
+                    continue  # done, already being replaced, or left to the liveness check
+                if (instance.run_id, instance.stage) == (run.id, run.stage):
+                    continue
+                since = absent[run.id, instance_id] = self._absent_since.get((run.id, instance_id), now)
+                if now - since > ABSENT_SECONDS * 1000:
+                    doing = f"run {instance.run_id} stage {instance.stage}" if instance.run_id else "no run"
+                    self.lose(run.id, instance_id, f"assigned to stage {run.stage} but working on {doing}")
+        self._absent_since = absent
 
     def lose(self, run_id: str, instance_id: str, why: str) -> None:
         """Take a lost instance's work back (leased tasks, the batch it read) and wait for a replacement."""
@@ -96,6 +121,7 @@ class Supervisor:
             run.assignments[new.instance_id] = role
         how = "restarted" if new.instance_id == old else f"replaces {old}"
         self.ledger.note(run_id, f"{role} {new.instance_id} {how}")
+        failpoint("gateway.replace")  # the ledger names the replacement, which has not been started yet
         try:
             self.stages.start_on(run, new, buffers[0].address, replacing=True)
         except grpc.RpcError as err:

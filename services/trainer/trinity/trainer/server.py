@@ -95,6 +95,7 @@ def start_trainer(settings: ServiceSettings) -> GrpcServer:
         trainer_pb2_grpc.add_TrainerServiceServicer_to_server,
         SERVICE_NAME,
         on_shutdown=servicer.shutdown,
+        current_run=servicer.host.current_run,
     )
     servicer.port = server.port
     return server

@@ -27,6 +27,8 @@ from typing import Any, ClassVar
 
 import torch
 
+from trinity.runtime.failpoints import failpoint
+
 
 @dataclass(frozen=True)
 class SamplingSettings:
@@ -329,6 +331,7 @@ class Engine(ABC):
         with self._gate.load():
             if version < self._model_version:
                 raise ValueError(f"weight version {version} is older than the served version {self._model_version}")
+            failpoint("weights.load")  # received and verified, generation held off, the engine not yet changed
             self._load_weights(named_tensors)
             self._model_version = version
 
