@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from typing import Any
@@ -13,7 +14,7 @@ from tests.buffer.helpers import experience
 from trinity.buffer.streams import resp
 from trinity.buffer.streams.experience_stream import ExperienceStream, _xadd
 from trinity.config import StreamConfig
-from trinity.runtime.redis_server import connect_redis
+from trinity.runtime.redis_server import RedisServer, connect_redis, find_redis_server, free_port, redis_server_command
 from trinity.v1 import common_pb2
 
 
@@ -290,3 +291,47 @@ def test_concurrent_round_trips_keep_their_replies_apart(redis_server, unique):
         t.join()
     assert errors == []
     client.delete(*[f"{unique}:{n}" for n in range(4)])
+
+
+def test_a_transaction_refused_while_redis_loads_its_data_is_retryable_not_aborted(tmp_path):
+    """A restarted Redis answers LOADING while it reads its data back; inside MULTI each command is refused so and
+    EXEC aborts. The refusal reported is BusyLoadingError, a ConnectionError the services' client retries (the
+    soak's Redis kill once failed a run with the EXECABORT that hid it)."""
+    url_port = free_port()
+    url = f"redis://127.0.0.1:{url_port}/0"
+    # 5 ms per key while loading (a setting for Redis's own tests): 2,000 keys keep it loading for 10 s, answering
+    # clients every KiB of its file read.
+    slow_load = ["--key-load-delay", "5000", "--loading-process-events-interval-bytes", "1024"]
+    command = [*redis_server_command(find_redis_server(), url_port, tmp_path), *slow_load]
+    first = subprocess.Popen(command)
+    try:
+        RedisServer(url=url).wait_until_ready()
+        client = redis.Redis.from_url(url)
+        client.mset({f"k{i}": i for i in range(2000)})
+        client.bgrewriteaof()  # the keys into the file's snapshot part, which is what the delay slows
+        deadline = time.monotonic() + 30
+        while (
+            client.info("persistence")["aof_rewrite_in_progress"] or client.info("persistence")["aof_rewrite_scheduled"]
+        ):
+            assert time.monotonic() < deadline, "the append-only file was not rewritten within 30 s"
+            time.sleep(0.05)
+    finally:
+        first.kill()
+        first.wait()
+    second = subprocess.Popen(command)
+    try:
+        loading = redis.Redis.from_url(url, socket_timeout=10)  # no retries: the first refusal surfaces
+        deadline = time.monotonic() + 30
+        while True:
+            assert time.monotonic() < deadline, "the restarted redis-server never answered LOADING"
+            try:
+                loading.ping()
+            except redis.BusyLoadingError:
+                break
+            except redis.ConnectionError:  # not listening yet
+                time.sleep(0.02)
+        with pytest.raises(redis.BusyLoadingError):
+            resp.run(loading, lambda session: session.call([resp.Multi((("INCR", "n"),))]))
+    finally:
+        second.kill()
+        second.wait()

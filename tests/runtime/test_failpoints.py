@@ -26,5 +26,5 @@ def test_an_armed_failpoint_is_reached_once_and_names_the_process(monkeypatch, t
 
 
 def test_waiting_for_a_failpoint_nobody_reaches_ends_with_its_name(tmp_path):
-    with pytest.raises(TimeoutError, match="failpoint x.y"):
+    with pytest.raises(TimeoutError, match=r"failpoint x\.y"):
         failpoints.reached_by(tmp_path, "x.y", timeout=0)

@@ -194,7 +194,7 @@ class _Reader:
             raise redis.InvalidResponse(f"EXEC answered {count} replies for {len(commands)} commands")
         return [self.read(command) for command in commands]
 
-    def stream_rows(self) -> list[Row] | redis.ResponseError:
+    def stream_rows(self) -> list[Row] | redis.RedisError:
         """A one-stream read reply (see `Rows`)."""
         while self.peek() == 62:  # '>' push
             self.value()
@@ -306,10 +306,10 @@ class Rows(tuple):
     __slots__ = ()
 
 
-def rows_of(reply: Any) -> list[Row] | redis.ResponseError:
+def rows_of(reply: Any) -> list[Row] | redis.RedisError:
     """The rows of a one-stream read reply as parsed generically: `[[stream, rows]]` over RESP2,
     `{stream: rows}` over RESP3, None for none."""
-    if not reply or isinstance(reply, redis.ResponseError):
+    if not reply or isinstance(reply, redis.RedisError):
         return reply or []
     entries = next(iter(reply.values())) if isinstance(reply, dict) else reply[0][1]
     return [(entry_id, field_map(fields)) for entry_id, fields in entries]
@@ -336,7 +336,7 @@ def _refused(started: Any, queued: list[Any], executed: Any) -> Any:
     if executed is None:
         return None
     for reply in (started, *queued):
-        if isinstance(reply, redis.ResponseError):
+        if isinstance(reply, redis.RedisError):
             return reply
     return executed
 
@@ -401,11 +401,11 @@ class Session:
         """`round_trip`, raising the first error reply, also one inside a transaction's (after every reply was read)."""
         replies = self.round_trip(commands)
         for command, reply in zip(commands, replies, strict=True):
-            if isinstance(reply, redis.ResponseError):
+            if isinstance(reply, redis.RedisError):
                 raise reply
             if type(command) is Multi and reply is not None:
                 for inner in reply:
-                    if isinstance(inner, redis.ResponseError):
+                    if isinstance(inner, redis.RedisError):
                         raise inner
         return replies
 
