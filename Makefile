@@ -71,7 +71,8 @@ test-all: $(STAMP)
 soak: $(STAMP)
 	$(PY) -m pytest -q -s -m soak
 
-# Every online preset through one running stack, and a run spread over network-namespace hosts (~4 min).
+# Every online preset through one running stack, faults at the worst moment, and runs spread over network-namespace
+# hosts, whole and with their links cut, slowed and reset (~23 min on 2 cores).
 test-system: $(STAMP)
 	$(PY) -m pytest -q -m system
 

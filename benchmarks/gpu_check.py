@@ -345,11 +345,12 @@ def check_versions() -> dict[str, Any]:
 @part("nccl_publish", limit_s=20)
 def check_nccl_publish() -> dict[str, Any]:
     """A one-rank NCCL group publishing SmolLM2-135M-shaped weights through `WeightSender` (the product path:
-    communicator made on the given device, buckets staged and checksummed on the GPU)."""
+    communicator made on the given device, buckets staged and checksummed on the GPU), with a secret as in a
+    deployment with a token: NCCL's rendezvous through the signed store, the membership proof, keyed checksums."""
     from trinity.sync import open_sender, reserve_rendezvous
 
     device = _cuda()
-    rendezvous = reserve_rendezvous(_spec("nccl-publish", "nccl", 0, timeout_s=30.0))
+    rendezvous = reserve_rendezvous(_spec("nccl-publish", "nccl", 0, timeout_s=30.0, secret=os.urandom(32)))
     sender = open_sender(rendezvous.spec, rendezvous=rendezvous, device=device)
     sender.init()
     seconds, report = [], None

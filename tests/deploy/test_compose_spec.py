@@ -10,7 +10,7 @@ from importlib import resources
 
 import pytest
 
-from tests.deploy.compose import BASE, GPU, ROOT, compose_command, config, mounts, published, resolved
+from tests.deploy.compose import BASE, GPU, ROOT, TOKEN, compose_command, config, mounts, published, resolved
 
 TRINITY = ("gateway", "buffer", "explorer", "trainer")
 
@@ -130,6 +130,9 @@ def test_the_data_parallel_profile_adds_rank_1_joining_the_trainer():
     env = rank["environment"]
     assert [env[k] for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")] == ["1", "2", "trainer", "29500"]
     assert ("trinity-data", "/data") in {(m.source, m.target) for m in mounts(rank)}  # model and checkpoint shards
+    # It fetches each run's rank secret from the gateway, with the token, over TLS when the services speak it.
+    assert env["TRINITY_GATEWAY"] == "gateway:50051" and env["TRINITY_AUTH_TOKEN"] == TOKEN
+    assert "/etc/trinity/tls" in {m.target for m in mounts(rank)}
 
 
 def _gpu_ids(service: dict) -> list[str]:

@@ -187,6 +187,19 @@ def test_the_auth_token_comes_from_the_secret_generated_from_the_operators_file(
         assert token["valueFrom"]["secretKeyRef"] == {"name": secret["metadata"]["name"], "key": "token"}
 
 
+def test_followers_ask_the_gateway_for_the_run_secret_with_the_token(overlay):
+    _, docs = overlay
+    follower = docs[("StatefulSet", "trainer-rank")]["spec"]["template"]["spec"]["containers"][0]
+    token = _env(follower)["TRINITY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]
+    assert token["name"].startswith("trinity-auth-") and token["key"] == "token"
+    assert {"configMapRef": {"name": _config_map(docs)}} in follower["envFrom"]
+    assert docs[("ConfigMap", _config_map(docs))]["data"]["TRINITY_GATEWAY"] == "gateway:50051"
+
+
+def _config_map(docs: dict) -> str:
+    return next(name for kind, name in docs if kind == "ConfigMap" and name.startswith("trinity-env"))
+
+
 def test_without_a_token_file_the_build_fails_naming_it(tmp_path):
     copy = tmp_path / "k8s"
     shutil.copytree(K8S, copy, ignore=shutil.ignore_patterns("token"))
@@ -201,8 +214,9 @@ def test_the_repository_holds_no_token():
 
 
 def test_the_tls_component_mounts_the_certificate_secret_in_every_service(tls_overlay):
-    for service in SERVICES:
-        pod = tls_overlay[("Deployment", service)]["spec"]["template"]["spec"]
+    workloads = [("Deployment", service) for service in SERVICES] + [("StatefulSet", "trainer-rank")]
+    for service in workloads:
+        pod = tls_overlay[service]["spec"]["template"]["spec"]
         volumes = {v["name"]: v for v in pod["volumes"]}
         assert volumes["tls"]["secret"]["secretName"] == "trinity-tls", service
         mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}

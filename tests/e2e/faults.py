@@ -70,11 +70,11 @@ def kill_at(stack: LocalStack, directory: Path, failpoint: str, name: str) -> No
     stack.kill(name)
 
 
-def assert_balanced(stack: LocalStack, run_id: str, checkpoint_dir: Path, steps: int) -> dict[str, int]:
+def assert_balanced(buffer_address: str, run_id: str, checkpoint_dir: Path, steps: int) -> dict[str, int]:
     """What was put was trained, dropped with a reason, or is still queued; nothing is pending or dead; no experience
     is in the final weights twice. Returns the stream's counts."""
     stream = naming.experience_stream(run_id, 0, "experiences")
-    with BufferClient(stack.services["buffer"].address) as buffer:
+    with BufferClient(buffer_address) as buffer:
         stats = buffer.stream(stream).stats
     assert stats.pending == 0 and stats.dead_letters == 0, stats
     # `put` counts what the stream accepted: a batch that a killed explorer's replacement puts again is refused as
@@ -86,4 +86,10 @@ def assert_balanced(stack: LocalStack, run_id: str, checkpoint_dir: Path, steps:
     consumed = state["consumed_ids"]
     assert len(consumed) == len(set(consumed)) == stats.acked
     assert state["step"] == steps
-    return {"put": stats.put, "acked": stats.acked, "dropped_after_put": after_put, "lag": stats.lag}
+    return {
+        "put": stats.put,
+        "acked": stats.acked,
+        "dropped_after_put": after_put,
+        "duplicates_refused": stats.dropped.get("duplicate", 0),
+        "lag": stats.lag,
+    }

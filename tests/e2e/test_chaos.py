@@ -81,7 +81,7 @@ def test_a_run_survives_kills_at_the_worst_moments(tiny_model, tmp_path):
         served = {row["model_version"]: row["weights_digest"] for row in metrics.weights if "weights_digest" in row}
         assert served and all(published.get(v) == digest for v, digest in served.items()), (served, published)
 
-        assert_balanced(stack, run.id, tmp_path / "ckpt", TOTAL_STEPS)
+        assert_balanced(stack.services["buffer"].address, run.id, tmp_path / "ckpt", TOTAL_STEPS)
     finally:
         stack.down()
 

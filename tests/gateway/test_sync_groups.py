@@ -132,3 +132,33 @@ def test_a_member_placement_out_of_bounds_is_refused_naming_the_field(groups, un
     with pytest.raises(InvalidArgument) as info:
         groups.join(gateway_pb2.JoinSyncGroupRequest(run_id=unique, instance_id="explorer-a", **placement))
     assert info.value.field == field
+
+
+# ---- the secrets of a run's process groups (a gateway with a token) ---------------------------------------------
+
+
+@pytest.fixture
+def groups_with_secrets(redis_server):
+    client = redis.Redis.from_url(redis_server.url)
+    yield SyncGroups(client, issue_secrets=True)
+    client.close()
+
+
+def test_every_generation_gets_a_secret_of_its_own_that_joining_members_receive(groups_with_secrets, unique):
+    first = groups_with_secrets.open(_request(unique, SynchronizerConfig()))
+    joined = groups_with_secrets.join(gateway_pb2.JoinSyncGroupRequest(run_id=unique, instance_id="explorer-a"))
+    second = groups_with_secrets.open(_request(unique, SynchronizerConfig()))
+    assert len(first.secret) == 32 and joined.secret == first.secret
+    assert groups_with_secrets.get(unique).secret == second.secret != first.secret
+
+
+def test_a_run_has_one_rank_secret_for_the_leader_and_every_follower(groups_with_secrets, unique):
+    secret = groups_with_secrets.rank_secret(unique)
+    assert len(secret) == 32 and groups_with_secrets.rank_secret(unique) == secret
+    assert groups_with_secrets.rank_secret(unique + "-other") != secret
+
+
+def test_a_gateway_without_a_token_hands_out_no_secrets(groups, unique):
+    # Anyone may call such a gateway, so a secret would keep nobody out: the groups form as they always did.
+    assert groups.open(_request(unique, SynchronizerConfig())).secret == b""
+    assert groups.rank_secret(unique) == b""

@@ -40,10 +40,16 @@ def host_env(host: NetnsHost, extra: Mapping[str, str] | None = None) -> dict[st
     }
 
 
-def start_redis(host: NetnsHost, log_dir: Path, timeout: float = 30.0) -> subprocess.Popen[bytes]:
-    """redis-server on `host`'s loopback (protected mode refuses other addresses), for the services beside it."""
+def start_redis(
+    host: NetnsHost, log_dir: Path, timeout: float = 30.0, *, on_network: bool = False
+) -> subprocess.Popen[bytes]:
+    """redis-server on `host`'s loopback (protected mode refuses other addresses), for the services beside it;
+    `on_network`: on its eth0 address too, unprotected, for a link that leaves the host (through a fault proxy)."""
     directory = Path(tempfile.mkdtemp(prefix="redis-", dir=log_dir))
     command = redis_server_command(find_redis_server(), REDIS_PORT, directory)
+    if on_network:
+        command[command.index("--bind") + 1 : command.index("--bind") + 2] = ["127.0.0.1", host.address]
+        command[command.index("--protected-mode") + 1] = "no"
     process = host.popen(command, env=host_env(host), log=log_dir / "redis.out")
     # Asked from inside the host, where its loopback is; the check itself is bounded by `timeout`.
     ready = "import sys; from trinity.runtime.redis_server import RedisServer as R; R(sys.argv[1]).wait_until_ready()"

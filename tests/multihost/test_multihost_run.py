@@ -1,10 +1,12 @@
 """A run over four test hosts (issue 14, item 5): the control plane on one, the trainer's rank 0 (the trainer
 service) on a second, its follower rank 1 (`trinity-trainer-rank`, started from the torchrun environment as on
 another machine) on a third, the explorer on a fourth. The ranks' process group and the weight-sync group are
-gloo groups across hosts; the run trains to SUCCEEDED and every link's traffic shows on the hosts' veths."""
+gloo groups across hosts; the run trains to SUCCEEDED and every link's traffic shows on the hosts' veths. With a
+token, as a deployment has: rank 1 fetches the run's rank secret from the gateway, and both groups prove membership."""
 
 from __future__ import annotations
 
+import secrets
 import sys
 from pathlib import Path
 
@@ -31,19 +33,21 @@ def test_a_data_parallel_run_over_four_hosts_succeeds(network, tiny_model, tmp_p
     net = network(["control", "rank0", "rank1", "explorer"])
     control, rank0, rank1, explorer = (net.hosts[label] for label in ("control", "rank0", "rank1", "explorer"))
     start_redis(control, tmp_path)
-    env = {"TRINITY_REDIS_URL": REDIS_URL}
+    token = secrets.token_hex(16)
+    env = {"TRINITY_REDIS_URL": REDIS_URL, "TRINITY_AUTH_TOKEN": token}
     start_service(control, "gateway", tmp_path, env)
     gateway = f"{control.address}:50051"
-    start_service(control, "buffer", tmp_path, {**env, "TRINITY_GATEWAY": gateway})
+    service = {"TRINITY_GATEWAY": gateway, "TRINITY_AUTH_TOKEN": token}
+    start_service(control, "buffer", tmp_path, {**env, **service})
     follower_log = tmp_path / "rank1.log"
     torchrun = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": rank0.address}
     follower = rank1.popen(
         [sys.executable, "-m", "trinity.trainer.ranks.follower", "--once", "--join-timeout", "240"],
-        env=host_env(rank1, {**torchrun, "MASTER_PORT": str(MASTER_PORT)}),
+        env=host_env(rank1, {**torchrun, "MASTER_PORT": str(MASTER_PORT), **service}),  # the gateway: rank secret
         log=follower_log,
     )
-    start_service(rank0, "trainer", tmp_path, {"TRINITY_GATEWAY": gateway})
-    start_service(explorer, "explorer", tmp_path, {"TRINITY_GATEWAY": gateway})
+    start_service(rank0, "trainer", tmp_path, service)
+    start_service(explorer, "explorer", tmp_path, service)
     model_bytes = _weight_bytes(tiny_model)
     before = {host.label: host.veth_bytes() for host in (rank1, explorer)}
 
@@ -59,7 +63,7 @@ def test_a_data_parallel_run_over_four_hosts_succeeds(network, tiny_model, tmp_p
             "checkpoint_dir": str(tmp_path / "runs"),
         },
     )
-    with TrinityClient(gateway) as client:
+    with TrinityClient(gateway, token=token) as client:
         run = client.create_run(config)
         final = run.wait(timeout=240)
         metrics = RunMetrics.from_events(run.watch())

@@ -119,7 +119,7 @@ def test_a_run_of_an_hour_under_random_faults_succeeds_and_balances(tiny_model, 
         assert final.state == gateway_pb2.RUN_STATE_SUCCEEDED, final.error
         versions = [e.model_version for e in events if e.kind == gateway_pb2.EVENT_KIND_TRAIN]
         assert versions == sorted(set(versions))
-        accounting = assert_balanced(stack, run.id, checkpoint_dir, steps)
+        accounting = assert_balanced(stack.services["buffer"].address, run.id, checkpoint_dir, steps)
         summary = {
             "seconds": round(time.monotonic() - began, 1),
             "run_seconds": round(run_seconds, 1),

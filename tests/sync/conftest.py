@@ -23,10 +23,12 @@ class Receivers:
         self.results = self.ctx.Queue()
         self.control = self.ctx.Queue()
 
-    def spawn(self, spec: SyncGroupSpec, plans: dict[int, list[str]]) -> None:
+    def spawn(self, spec: SyncGroupSpec, plans: dict[int, list[str]], secret: bytes | None = None) -> None:
+        """`secret`: the receivers' (the spec never carries one across a process boundary); default the spec's."""
+        secret = secret if secret is not None else spec.secret_bytes
         for rank, plan in plans.items():
             process = self.ctx.Process(
-                target=receiver_main, args=(spec.model_dump_json(), rank, plan, self.results, self.control)
+                target=receiver_main, args=(spec.model_dump_json(), rank, plan, self.results, self.control, secret)
             )
             process.start()
             self.processes.append(process)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import signal
 import time
@@ -39,13 +40,16 @@ def _die_at_second_bucket(chunk: int, bucket: int, data: torch.Tensor) -> None:
 HOOKS = {"corrupt": _flip_first_byte, "die": _die_at_second_bucket}
 
 
-def receiver_main(spec_json: str, rank: int, plan: list[str], results: Queue, control: Queue | None) -> None:
+def receiver_main(
+    spec_json: str, rank: int, plan: list[str], results: Queue, control: Queue | None, secret: bytes | None = None
+) -> None:
     """Run `plan`, one step per expected update: "ok", "corrupt" (first bucket flipped), "die", "fail_then_rejoin".
 
-    Reports `(rank, step, outcome, version, packed tensors, checksums)` per step on `results`.
+    Reports `(rank, step, outcome, version, packed tensors, checksums)` per step on `results`. `secret`: the
+    group's, as the gateway hands it out (a JSON spec never carries it).
     """
     torch.set_num_threads(1)
-    spec = SyncGroupSpec.model_validate_json(spec_json)
+    spec = SyncGroupSpec.model_validate({**json.loads(spec_json), "secret": secret})
     receiver: SyncReceiver | None = None
     try:
         for step in plan:

@@ -8,24 +8,34 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import re
+import secrets
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 import torch.distributed as dist
 from pydantic import ValidationError
 from trainer_helpers import grouped_rollouts, run_config
 
+from tests.conftest import ServiceProcess
+from tests.e2e.conftest import tiny_config
+from trinity.clients import GatewayClient
 from trinity.config import RunConfig
 from trinity.runtime.redis_server import free_port
+from trinity.sdk import TrinityClient
 from trinity.trainer.ranks import RankFailure, ReplicatedBackend
 from trinity.trainer.ranks.follower import RankEnv
+from trinity.trainer.ranks.processes import SECRET_ENV
 
 # Bounds, not expectations: every wait below ends on an event long before these.
 _LIMITS = {"start_timeout_s": 120.0, "command_timeout_s": 120.0, "collective_timeout_s": 120.0}
@@ -46,14 +56,28 @@ def _config(model: Path, **trainer: Any) -> RunConfig:
 
 @pytest.fixture
 def remote_follower() -> Iterator[Any]:
-    """Start a follower as another host would (its own environment, not the leader's child); stopped after."""
+    """Start a follower as another host would (its own environment, not the leader's child); stopped after.
+    `secret`: the run's rank secret handed to it (as a leader does to its local followers); `env`: more variables;
+    `log`: a file for its output."""
     procs: list[subprocess.Popen[bytes]] = []
 
-    def start(port: int, *args: str, world_size: int = 2) -> subprocess.Popen[bytes]:
-        env = {**os.environ, "RANK": "1", "WORLD_SIZE": str(world_size), "LOCAL_RANK": "0"}
-        env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "TRINITY_TRAINER_THREADS": "1"})
+    def start(
+        port: int,
+        *args: str,
+        world_size: int = 2,
+        secret: bytes | None = None,
+        env: dict[str, str] | None = None,
+        log: Path | None = None,
+    ) -> subprocess.Popen[bytes]:
+        unrelated = ("TRINITY_AUTH_TOKEN", "TRINITY_GATEWAY", SECRET_ENV)  # only what the test gives it
+        environment = {name: value for name, value in os.environ.items() if name not in unrelated}
+        environment.update({"RANK": "1", "WORLD_SIZE": str(world_size), "LOCAL_RANK": "0"})
+        environment.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "TRINITY_TRAINER_THREADS": "1"})
+        environment.update({SECRET_ENV: secret.hex()} if secret is not None else {})
+        environment.update(env or {})
         cmd = [sys.executable, "-m", "trinity.trainer.ranks.follower", "--join-timeout", "120", *args]
-        procs.append(subprocess.Popen(cmd, env=env))
+        output = log.open("wb") if log is not None else None
+        procs.append(subprocess.Popen(cmd, env=environment, stdout=output, stderr=subprocess.STDOUT if log else None))
         return procs[-1]
 
     yield start
@@ -206,3 +230,111 @@ def test_a_hung_follower_fails_the_next_call_within_the_command_timeout_naming_i
     assert "train_step failed on the trainer ranks" in str(failure.value)
     assert seconds < 4 * bound  # bounded: the stopped rank would otherwise hold rank 0 forever
     assert not dist.is_initialized()
+
+
+# ---- no stranger among the ranks: the run's secret (a deployment with a token) ------------------------------------
+
+
+@pytest.mark.parametrize("secret", [secrets.token_bytes(32), None], ids=["a wrong secret", "no secret"])
+def test_a_follower_without_the_run_secret_is_refused_and_the_next_run_forms(
+    tiny_model: Path, remote_follower: Any, tmp_path: Path, secret: bytes | None
+) -> None:
+    port, run_secret, log = free_port(), secrets.token_bytes(32), tmp_path / "rank1.log"
+    follower = remote_follower(port, "--once", secret=secret, log=log)
+    config = _config(tiny_model, local_ranks=1, master_port=port)
+    with pytest.raises(RankFailure) as failure:
+        ReplicatedBackend(config, None, run_id="stranger", secret=run_secret)
+    assert follower.wait(60) == 1
+    assert not dist.is_initialized()
+    if secret is not None:
+        assert failure.value.ranks == {1: "refused: it did not prove it holds the run's rank secret"}
+        assert "claiming rank 1, that fails authentication" in str(failure.value)
+        assert "claiming rank 0, that fails authentication" in log.read_text()  # it refused rank 0 as well
+    else:
+        assert "set TRINITY_AUTH_TOKEN and TRINITY_GATEWAY on this rank" in failure.value.ranks[1]
+
+    backend = ReplicatedBackend(_config(tiny_model), None, run_id="members", secret=run_secret)  # local follower
+    try:
+        backend.train_step(grouped_rollouts(2, 4, seed=1))
+        states = backend.rank_states()
+    finally:
+        backend.close()
+    assert states[1]["weights_digest"] == states[0]["weights_digest"]
+
+
+def test_a_remote_follower_gets_the_run_secret_from_the_gateway_with_its_token(
+    tiny_model: Path, remote_follower: Any, redis_server: Any, tmp_path: Path
+) -> None:
+    token = secrets.token_hex(16)
+    gateway = ServiceProcess("gateway", env={"TRINITY_REDIS_URL": redis_server.url, "TRINITY_AUTH_TOKEN": token})
+    gateway.start()
+    try:
+        with TrinityClient(gateway.address, token=token) as client:
+            run_id = client.create_run(tiny_config(tmp_path / "model")).id
+        with GatewayClient(gateway.address, token=token) as client:
+            secret = client.rank_secret(run_id)
+            assert secret is not None and len(secret) == 32 and client.rank_secret(run_id) == secret
+            with pytest.raises(grpc.RpcError) as unknown:
+                client.rank_secret("no-such-run")  # no secret is made for a run that does not exist
+            assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
+        port = free_port()
+        remote_follower(port, "--once", env={"TRINITY_AUTH_TOKEN": token, "TRINITY_GATEWAY": gateway.address})
+        backend = ReplicatedBackend(
+            _config(tiny_model, local_ranks=1, master_port=port), None, run_id=run_id, secret=secret
+        )
+        try:
+            backend.train_step(grouped_rollouts(2, 4, seed=1))
+            states = backend.rank_states()
+        finally:
+            backend.close()
+    finally:
+        gateway.stop()
+    assert [s["step"] for s in states] == [1, 1]
+    assert states[1]["weights_digest"] == states[0]["weights_digest"]
+
+
+def _spray_garbage(port: int, connections: int) -> list[socket.socket]:
+    """Random bytes on `connections` connections to the port once it listens; the sockets, still open."""
+    rng = random.Random(0)
+    opened: list[socket.socket] = []
+    deadline = time.monotonic() + 60
+    while len(opened) < connections:
+        try:
+            connection = socket.create_connection(("127.0.0.1", port))
+        except ConnectionRefusedError:
+            assert time.monotonic() < deadline, f"nothing listened on port {port}"
+            time.sleep(0.05)  # rank 0 has not bound its store yet
+            continue
+        connection.sendall(rng.randbytes(rng.randrange(1, 4096)))
+        opened.append(connection)
+    return opened
+
+
+def test_garbage_on_the_rendezvous_port_while_the_ranks_form_does_not_break_them(
+    tiny_model: Path, remote_follower: Any
+) -> None:
+    port, secret = free_port(), secrets.token_bytes(32)
+    formed: dict[str, Any] = {}
+
+    def lead() -> None:
+        config = _config(tiny_model, local_ranks=1, master_port=port)
+        try:
+            formed["backend"] = ReplicatedBackend(config, None, run_id="garbage", secret=secret)
+        except Exception as err:  # noqa: BLE001 - reported below
+            formed["error"] = err
+
+    leader = threading.Thread(target=lead)
+    leader.start()
+    garbage = _spray_garbage(port, 40)  # rank 0 waits for rank 1, which starts only after this
+    remote_follower(port, "--once", secret=secret)
+    leader.join()
+    assert "error" not in formed, formed.get("error")
+    backend = formed["backend"]
+    try:
+        backend.train_step(grouped_rollouts(2, 4, seed=1))
+        states = backend.rank_states()
+    finally:
+        backend.close()
+        for connection in garbage:
+            connection.close()
+    assert states[1]["weights_digest"] == states[0]["weights_digest"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from collections.abc import Iterator
@@ -9,15 +10,18 @@ from pathlib import Path
 
 import pytest
 import torch
+from pydantic import SecretBytes
 
 from tests.conftest import ServiceProcess
 from tests.e2e.conftest import tiny_config
 from trinity.clients import GatewayClient
+from trinity.clients.gateway import sync_spec
 from trinity.config import SynchronizerConfig
 from trinity.config.sync import SyncMethod
 from trinity.explorer.weight_feed import WeightFeed
 from trinity.models.digest import weights_digest
 from trinity.sdk import TrinityClient
+from trinity.sync import SyncError, WeightReceiver
 from trinity.sync.placement import host_id
 from trinity.trainer.weight_publisher import FormingStopped, WeightPublisher
 from trinity.trainer.weights import named_weights
@@ -217,3 +221,52 @@ def test_an_fp32_explorer_receives_the_fp32_weights_unchanged(gateway, unique, t
     assert metrics["sync_bytes"] == fp32_bytes
     for (name, got), (_, want) in zip(received, named_weights(model), strict=True):
         assert got.dtype == torch.float32 and torch.equal(got, want), name
+
+
+@pytest.fixture
+def gateway_with_token(redis_server, unique, tmp_path) -> Iterator[GatewayClient]:
+    """As `gateway`, with a token: it hands every sync generation a secret."""
+    token = secrets.token_hex(16)
+    env = {"TRINITY_REDIS_URL": redis_server.url, "TRINITY_AUTH_TOKEN": token}
+    service = ServiceProcess("gateway", env=env).start()
+    try:
+        with TrinityClient(service.address, token=token) as client:
+            client.create_run(tiny_config(tmp_path / "model"), run_id=unique)
+        with GatewayClient(service.address, token=token) as gateway:
+            yield gateway
+    finally:
+        service.stop()
+
+
+def test_a_generation_with_a_member_that_fails_the_proof_is_closed_and_the_next_one_serves(
+    gateway_with_token, unique, tmp_path
+):
+    """A member without the generation's secret (here: a wrong one) makes its forming fail on both sides; the
+    trainer reports it, the gateway closes that generation, and the next one forms with the explorer and serves."""
+    gateway, model = gateway_with_token, _tiny_policy()
+    publisher = _publisher(gateway, unique, tmp_path, method="gloo")
+    trainer = threading.Thread(target=publisher.open, daemon=True)
+    trainer.start()
+    _wait_for_generation(gateway, unique, 1)
+    group = gateway.join_sync_group(unique, "stranger", has_gpu=False)
+    assert group.ready and len(group.secret) == 32
+    wrong = sync_spec(group).model_copy(update={"secret": SecretBytes(secrets.token_bytes(32))})
+    with pytest.raises(SyncError, match="claiming rank 0, that fails authentication"):
+        WeightReceiver(wrong, group.rank).init()
+    feed = WeightFeed(gateway, unique, "explorer-0")
+    feed.start()
+    trainer.join(timeout=60)
+    try:
+        assert publisher.generation == 2
+        metrics = publisher.publish(1, lambda: named_weights(model))
+        deadline = time.monotonic() + 30
+        staged = feed.take()
+        while staged is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+            staged = feed.take()
+    finally:
+        feed.close()
+        feed.join(timeout=30)
+        publisher.close()
+    assert staged is not None and staged.version == 1
+    assert staged.published_digest == metrics["weights_digest"] == float(weights_digest(staged.tensors))

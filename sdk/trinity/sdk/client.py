@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,12 @@ from trinity.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
 TERMINAL = {gateway_pb2.RUN_STATE_SUCCEEDED, gateway_pb2.RUN_STATE_FAILED, gateway_pb2.RUN_STATE_CANCELLED}
 DEFAULT_GATEWAY = "127.0.0.1:50051"
+
+
+def _create_request(config: str | Path | dict[str, Any], run_id: str) -> gateway_pb2.CreateRunRequest:
+    """A CreateRun with a request id of its own: gRPC retries a call whose connection dropped (retry policy of
+    `trinity.runtime.client`), and the gateway answers the retry with the run the first attempt created."""
+    return gateway_pb2.CreateRunRequest(config_yaml=config_text(config), run_id=run_id, request_id=uuid.uuid4().hex)
 
 
 def config_text(config: str | Path | dict[str, Any]) -> str:
@@ -168,7 +175,7 @@ class TrinityClient:
             raise translate(err, self.target) from None
 
     def create_run(self, config: str | Path | dict[str, Any], run_id: str = "") -> RunHandle:
-        run = self._call("CreateRun", gateway_pb2.CreateRunRequest(config_yaml=config_text(config), run_id=run_id))
+        run = self._call("CreateRun", _create_request(config, run_id))
         return RunHandle(self, run.id)
 
     def run(self, run_id: str) -> RunHandle:
@@ -280,9 +287,7 @@ class AsyncTrinityClient:
             raise translate(err, self.target) from None
 
     async def create_run(self, config: str | Path | dict[str, Any], run_id: str = "") -> AsyncRunHandle:
-        run = await self._call(
-            "CreateRun", gateway_pb2.CreateRunRequest(config_yaml=config_text(config), run_id=run_id)
-        )
+        run = await self._call("CreateRun", _create_request(config, run_id))
         return AsyncRunHandle(self, run.id)
 
     async def list_runs(self) -> list[gateway_pb2.Run]:

@@ -15,7 +15,7 @@ import torch
 
 from trinity.runtime.failpoints import failpoint
 from trinity.runtime.logging import get_logger
-from trinity.sync.checksum import checksum_bytes, tensor_bytes
+from trinity.sync.checksum import BucketChecksums, tensor_bytes
 from trinity.sync.errors import ChecksumMismatch, NoUpdateYet, StaleVersion, SyncError
 from trinity.sync.interface import NamedTensors, SyncReceiver, SyncReport, SyncSender, register_sync_backend
 from trinity.sync.protocol import (
@@ -73,13 +73,22 @@ class StreamBuffers:
 
 
 def verdict(
-    version: int, finished: int, received: list[list[int]], sent: list[list[int]], served: int | None
+    version: int,
+    finished: int,
+    received: list[list[int]],
+    sent: list[list[int]],
+    served: int | None,
+    authenticated: bool = False,
 ) -> tuple[int, str]:
-    """A receiver's `(status, problem)` for a version it received whole (`STATUS_OK`, "" when accepted)."""
+    """A receiver's `(status, problem)` for a version it received whole (`STATUS_OK`, "" when accepted);
+    `authenticated`: the checksums are the keyed ones of a group with a secret."""
     if finished != version:
         return STATUS_PROTOCOL, f"finish {finished} after start {version}"
     if received != sent:
-        return STATUS_CHECKSUM, f"version {version}: checksum mismatch in {_first_mismatch(received, sent)}; refused"
+        where = _first_mismatch(received, sent)
+        if authenticated:
+            return STATUS_CHECKSUM, f"version {version}: {where} failed authentication (altered or forged); refused"
+        return STATUS_CHECKSUM, f"version {version}: checksum mismatch in {where}; refused"
     if served is not None and version <= served:
         return STATUS_STALE, f"version {version} is not newer than the served {served}"
     return STATUS_OK, ""
@@ -118,6 +127,7 @@ class WeightSender(SyncSender):
     ) -> None:
         self.spec = spec
         self.transport = GroupTransport(spec, 0, device, store=rendezvous.store if rendezvous else None)
+        self.checksums = BucketChecksums(spec)
         self.last_version: int | None = None
         self._version: int | None = None
         self._checksums: list[list[int]] = []
@@ -150,7 +160,7 @@ class WeightSender(SyncSender):
             raise SyncError("update() outside start()/finish()")
         try:
             with self.transport.guard(f"chunk {len(self._checksums)} of version {self._version}"):
-                self._send_chunk(named_tensors, self._report)
+                self._send_chunk(named_tensors, self._version, self._report)
         except SyncError:
             self._version = None  # the group is broken; this version is abandoned on every member
             raise
@@ -161,18 +171,19 @@ class WeightSender(SyncSender):
         self._version, self._report = None, None
         self.transport.mark_broken(reason)
 
-    def _send_chunk(self, named_tensors: NamedTensors, report: SyncReport) -> None:
+    def _send_chunk(self, named_tensors: NamedTensors, version: int, report: SyncReport) -> None:
         # Tensors on another device (CPU weights bound for NCCL) are copied bucket by bucket into staging.
         named = [(name, tensor.detach()) for name, tensor in named_tensors]
         layout = ChunkLayout.plan(named, self.spec.bucket_bytes)
         self.transport.send_message(layout.to_message())
         sources = [tensor_bytes(t) for _, t in named]
         staging = self._staging_buffers(min(layout.bucket_bytes, layout.total_bytes))
+        checksum = self.checksums.of_chunk(version, len(self._checksums), layout)
         sums, in_flight = [], None
         # Two staging buffers: bucket k is flattened and hashed while bucket k-1 is on the wire.
         for index in range(layout.bucket_count):
             bucket = layout.fill_bucket(index, sources, staging[index % 2])
-            sums.append(checksum_bytes(self.spec.checksum, bucket))
+            sums.append(checksum(index, bucket))
             handle = self.transport.broadcast_async(bucket, f"bucket {index}")
             if in_flight is not None:
                 self.transport.wait(in_flight)
@@ -251,6 +262,7 @@ class WeightReceiver(SyncReceiver):
             raise ValueError("rank 0 is the trainer; explorer workers are ranks 1..N")
         self.spec, self.rank = spec, rank
         self.transport = GroupTransport(spec, rank, device)
+        self.checksums = BucketChecksums(spec)
         self.version: int | None = None
         self._bucket_hook = bucket_hook  # test hook: alter received bytes to prove corruption is caught
         self._streams = StreamBuffers(self.transport.device, reuse_buffers)
@@ -280,6 +292,7 @@ class WeightReceiver(SyncReceiver):
                 return self._protocol_error(f"unexpected message {message['kind']}")
             layout = ChunkLayout.from_message(message)
             stream = self._streams.get(len(chunks), layout.total_bytes)
+            checksum = self.checksums.of_chunk(version, len(chunks), layout)
             sums: list[int] = []
             # Bucket k+1 is already being received while bucket k is hashed.
             handles = [
@@ -296,11 +309,12 @@ class WeightReceiver(SyncReceiver):
                 bucket = stream[slice(*layout.bucket_range(index))]
                 if self._bucket_hook is not None:
                     self._bucket_hook(len(chunks), index, bucket)
-                sums.append(checksum_bytes(self.spec.checksum, bucket))
+                sums.append(checksum(index, bucket))
             chunks.append((layout, stream, sums))
 
+        received = [s for _, _, s in chunks]
         status, problem = verdict(
-            version, int(message["version"]), [s for _, _, s in chunks], message["checksums"], self.version
+            version, int(message["version"]), received, message["checksums"], self.version, self.checksums.authenticated
         )
         # Report before raising, so every member completes the same message sequence and the group survives.
         self.transport.allgather_status(status, version)

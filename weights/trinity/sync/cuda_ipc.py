@@ -36,7 +36,7 @@ from typing import Any, Protocol
 import torch
 
 from trinity.runtime.logging import get_logger
-from trinity.sync.checksum import checksum_bytes, tensor_bytes
+from trinity.sync.checksum import BucketChecksums, checksum_bytes, tensor_bytes
 from trinity.sync.collective import (
     BucketHook,
     StreamBuffers,
@@ -276,6 +276,7 @@ class IpcSender(_Member, SyncSender):
         self.spec, self.rank = spec, 0
         self.device = resolve_device(spec.backend, device)
         self.sharing = sharing_for(self.device)
+        self.checksums = BucketChecksums(spec)
         self._root = rendezvous.store if rendezvous else None
         self.store: Any = None
         self.broken: str | None = None
@@ -316,24 +317,26 @@ class IpcSender(_Member, SyncSender):
             raise SyncError("update() outside start()/finish()")
         try:
             with self.guard(f"chunk {self._messages} of version {self._version}"):
-                self._send_chunk([(name, tensor.detach()) for name, tensor in named_tensors], self._report)
+                named = [(name, tensor.detach()) for name, tensor in named_tensors]
+                self._send_chunk(named, self._version, self._report)
         except SyncError as err:
             self.abandon(str(err))
             raise
 
-    def _send_chunk(self, named: list[tuple[str, torch.Tensor]], report: SyncReport) -> None:
+    def _send_chunk(self, named: list[tuple[str, torch.Tensor]], version: int, report: SyncReport) -> None:
         layout = ChunkLayout.plan(named, self.spec.bucket_bytes)
         index = self._messages
         self._wait_done_through(index - 2)  # the slot's previous chunk has been copied out by everyone
         buffer = self._slot(index % 2, layout.total_bytes)
         sources = [tensor_bytes(tensor) for _, tensor in named]
+        checksum = self.checksums.of_chunk(version, index, layout)
         sums = []
         for bucket in range(layout.bucket_count):
             piece = buffer[slice(*layout.bucket_range(bucket))]
             data = layout.fill_bucket(bucket, sources, piece)
             if data.data_ptr() != piece.data_ptr():  # a bucket inside one tensor comes back as that tensor
                 piece.copy_(data)
-            sums.append(checksum_bytes(self.spec.checksum, piece))
+            sums.append(checksum(bucket, piece))
         self.sharing.fence(self.device)
         handle = self.sharing.describe(buffer) if layout.total_bytes else None
         self._post({"kind": CHUNK, "layout": layout.to_message(), "buffer": handle, "checksums": sums})
@@ -450,6 +453,7 @@ class IpcReceiver(_Member, SyncReceiver):
         self.spec, self.rank = spec, rank
         self.device = resolve_device(spec.backend, device)
         self.sharing = sharing_for(self.device)
+        self.checksums = BucketChecksums(spec)
         self.store: Any = None
         self.broken: str | None = None
         self.version: int | None = None
@@ -499,15 +503,19 @@ class IpcReceiver(_Member, SyncReceiver):
                 raise SyncError(f"sync protocol error on rank {self.rank}: unexpected message {message['kind']}")
             layout = ChunkLayout.from_message(message["layout"])
             stream = self._copy_out(len(chunks), layout, message["buffer"])
+            checksum = self.checksums.of_chunk(version, len(chunks), layout)
             sums = []
             for index in range(layout.bucket_count):
                 bucket = stream[slice(*layout.bucket_range(index))]
                 if self._bucket_hook is not None:
                     self._bucket_hook(len(chunks), index, bucket)
-                sums.append(checksum_bytes(self.spec.checksum, bucket))
+                sums.append(checksum(index, bucket))
             chunks.append((layout, stream, sums))
             sent.append(message["checksums"])
-        status, problem = verdict(version, int(message["version"]), [s for _, _, s in chunks], sent, self.version)
+        received = [s for _, _, s in chunks]
+        status, problem = verdict(
+            version, int(message["version"]), received, sent, self.version, self.checksums.authenticated
+        )
         self.store.set(f"u{self._seq}/status/{self.rank}", str(status))
         raise_refusal(status, problem, self.spec, self.rank, version)
         self.version, self.published_digest = version, message.get("digest")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretBytes, model_validator
 
 if TYPE_CHECKING:
     from torch.distributed import TCPStore
@@ -39,6 +39,14 @@ class SyncGroupSpec(BaseModel):
     bucket_mb: float = Field(default=64.0, gt=0, description="bytes per broadcast, in MiB (fractions allowed)")
     checksum: ChecksumName = "xxh3_64"
     checkpoint_dir: str | None = Field(default=None, description="shared directory; required for 'checkpoint'")
+    # Never serialized, printed or carried to the next generation: the gateway makes one per generation.
+    secret: SecretBytes | None = Field(
+        default=None,
+        exclude=True,
+        repr=False,
+        description="the generation's secret (a deployment with a token): members prove they hold it, weight "
+        "checksums are keyed with it (trinity.sync.membership)",
+    )
 
     @model_validator(mode="after")
     def _check_ranks(self) -> SyncGroupSpec:
@@ -62,10 +70,15 @@ class SyncGroupSpec(BaseModel):
         return self.ranks[member]
 
     def next_generation(self, explorers: list[str], **changes: object) -> SyncGroupSpec:
-        """The spec after a membership change: same name and rendezvous, generation + 1."""
+        """The spec after a membership change: same name and rendezvous, generation + 1 (and no secret unless
+        `changes` give the new generation's)."""
         fields = self.model_dump(exclude={"name", "generation", "world_size", "ranks"})
         fields.update(changes)
         return SyncGroupSpec.for_members(self.name, self.generation + 1, explorers, **fields)
+
+    @property
+    def secret_bytes(self) -> bytes | None:
+        return self.secret.get_secret_value() if self.secret is not None else None
 
     @property
     def store_prefix(self) -> str:

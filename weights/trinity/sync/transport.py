@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from trinity.sync.errors import SyncError, as_sync_error
+from trinity.sync.membership import MembershipRefused, SignedStore, allgather_exchange, prove_membership
 from trinity.sync.protocol import decode_message, encode_message
 from trinity.sync.spec import SyncGroupSpec
 
@@ -47,7 +48,8 @@ def resolve_device(backend: str, device: torch.device | str | None) -> torch.dev
 
 
 def open_store(spec: SyncGroupSpec, rank: int, store: Any = None) -> tuple[Any, Any]:
-    """`(store, this generation's PrefixStore)`: rank 0 passes its reserved rendezvous store, others connect."""
+    """`(store, this generation's PrefixStore)`: rank 0 passes its reserved rendezvous store, others connect. With
+    the generation's secret, every value written there is signed and checked on read (`SignedStore`)."""
     if store is None:
         if spec.port == 0:
             raise SyncError(f"sync group {spec.name}: port 0; the trainer must reserve_rendezvous() first")
@@ -59,7 +61,9 @@ def open_store(spec: SyncGroupSpec, rank: int, store: Any = None) -> tuple[Any, 
             timeout=spec.join_timeout,
             wait_for_workers=False,
         )
-    return store, dist.PrefixStore(spec.store_prefix, store)
+    generation = dist.PrefixStore(spec.store_prefix, store)
+    secret = spec.secret_bytes
+    return store, generation if secret is None else SignedStore(generation, secret, spec.store_prefix, rank)
 
 
 class GroupTransport:
@@ -102,8 +106,17 @@ class GroupTransport:
         try:
             self._store, self._prefixed = open_store(spec, self.rank, self._store)
             self._group = self._make_group(self._prefixed)
+            if (secret := spec.secret_bytes) is not None:
+                # Before the first message: every member holds this generation's secret (trinity.sync.membership).
+                exchange = allgather_exchange(self._group, spec.world_size, self.device, spec.timeout)
+                prove_membership(exchange, secret, spec.store_prefix, self.rank)
         except SyncError:
             raise
+        except MembershipRefused as refused:
+            self.mark_broken(str(refused))
+            raise SyncError(
+                f"sync group {spec.name} generation {spec.generation} refused by rank {self.rank}: {refused}"
+            ) from refused
         except Exception as err:
             self.mark_broken(repr(err))
             raise SyncError(

@@ -243,6 +243,7 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
             dropped_stale=result.dropped_stale,
             reclaimed=result.reclaimed,
             dead_lettered=result.dead_lettered,
+            consumer_pending=result.consumer_pending,
         )
 
     @grpc_errors
@@ -276,8 +277,9 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
     def NackExperiences(self, request: buffer_pb2.NackExperiencesRequest, context: grpc.ServicerContext) -> Any:
         stream = self.store.stream(require(request.stream, "stream"))
         consumer = require(request.consumer, "consumer")
-        entry_ids = [*_entry_ids(request.entry_ids), *(stream.pending_of(consumer) if request.all_pending else ())]
-        requeued = stream.nack(consumer, entry_ids)
+        keep = set(_entry_ids(request.keep_entry_ids, "keep_entry_ids"))
+        pending = [e for e in stream.pending_of(consumer) if e not in keep] if request.all_pending else []
+        requeued = stream.nack(consumer, [*_entry_ids(request.entry_ids), *pending])
         return buffer_pb2.NackExperiencesResponse(requeued=requeued)
 
     @grpc_errors

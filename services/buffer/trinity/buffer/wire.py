@@ -28,7 +28,8 @@ _VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
 
 # Field keys, (field_number << 3) | wire_type, as the single bytes they encode to.
 _ITEMS = b"\x0a"  # ReadExperiencesResponse.items (1, length-delimited)
-_COUNTERS = (b"\x10", b"\x18", b"\x20")  # .dropped_stale (2), .reclaimed (3), .dead_lettered (4): varints
+# .dropped_stale (2), .reclaimed (3), .dead_lettered (4), .consumer_pending (5): varints
+_COUNTERS = (b"\x10", b"\x18", b"\x20", b"\x28")
 _ENTRY_ID, _DELIVERY_COUNT, _EXPERIENCE = b"\x0a", b"\x10", b"\x1a"  # DeliveredExperience 1, 2, 3
 _PUT_EXPERIENCES = 2 << 3 | _LENGTH  # PutExperiencesRequest.experiences
 
@@ -65,7 +66,12 @@ class DeliveredPayload(Protocol):
 
 
 def encode_read_response(
-    entries: Sequence[DeliveredPayload], *, dropped_stale: int = 0, reclaimed: int = 0, dead_lettered: int = 0
+    entries: Sequence[DeliveredPayload],
+    *,
+    dropped_stale: int = 0,
+    reclaimed: int = 0,
+    dead_lettered: int = 0,
+    consumer_pending: int = 0,
 ) -> bytes:
     """The serialized `ReadExperiencesResponse` whose items carry each entry's stored bytes unchanged.
 
@@ -82,7 +88,7 @@ def encode_read_response(
         head = b"%b%b%b%b%b%b" % (_ENTRY_ID, _varint(len(entry_id)), entry_id, delivery, _EXPERIENCE, _varint(size))
         append(_ITEMS + _varint(len(head) + size) + head)
         append(payload)
-    for key, value in zip(_COUNTERS, (dropped_stale, reclaimed, dead_lettered), strict=True):
+    for key, value in zip(_COUNTERS, (dropped_stale, reclaimed, dead_lettered, consumer_pending), strict=True):
         if value:
             append(key + varint(value))
     return b"".join(parts)

@@ -25,6 +25,7 @@ class ReadBatch:
     dropped_stale: int = 0
     reclaimed: int = 0
     dead_lettered: int = 0
+    consumer_pending: int = 0  # entries pending under the consumer after this read, these included
 
     def __len__(self) -> int:
         return len(self.experiences)
@@ -140,16 +141,25 @@ class BufferClient:
             dropped_stale=reply.dropped_stale,
             reclaimed=reply.reclaimed,
             dead_lettered=reply.dead_lettered,
+            consumer_pending=reply.consumer_pending,
         )
 
     def ack(self, stream: str, entry_ids: Sequence[str]) -> int:
         reply = self._call("AckExperiences", buffer_pb2.AckExperiencesRequest(stream=stream, entry_ids=entry_ids))
         return int(reply.acked)
 
-    def nack(self, stream: str, consumer: str, entry_ids: Sequence[str] = (), *, all_pending: bool = False) -> int:
-        """Hand entries back for redelivery; `all_pending` hands back everything `consumer` holds."""
+    def nack(
+        self,
+        stream: str,
+        consumer: str,
+        entry_ids: Sequence[str] = (),
+        *,
+        all_pending: bool = False,
+        keep: Sequence[str] = (),
+    ) -> int:
+        """Hand entries back for redelivery; `all_pending` hands back everything pending under `consumer` but `keep`."""
         request = buffer_pb2.NackExperiencesRequest(
-            stream=stream, consumer=consumer, entry_ids=entry_ids, all_pending=all_pending
+            stream=stream, consumer=consumer, entry_ids=entry_ids, all_pending=all_pending, keep_entry_ids=keep
         )
         return int(self._call("NackExperiences", request).requeued)
 

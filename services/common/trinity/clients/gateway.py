@@ -38,7 +38,9 @@ class GatewayClient:
     # ---- runs ----------------------------------------------------------------------------------------
 
     def create_run(self, config_text: str, run_id: str = "") -> gateway_pb2.Run:
-        return self._call("CreateRun", gateway_pb2.CreateRunRequest(config_yaml=config_text, run_id=run_id))
+        # One request id for every retry of this call: the gateway creates one run for all of them.
+        request = gateway_pb2.CreateRunRequest(config_yaml=config_text, run_id=run_id, request_id=uuid.uuid4().hex)
+        return self._call("CreateRun", request)
 
     def get_run(self, run_id: str) -> gateway_pb2.Run:
         return self._call("GetRun", gateway_pb2.GetRunRequest(run_id=run_id))
@@ -94,6 +96,10 @@ class GatewayClient:
         )
         self._call("ReportSyncFailure", request)
 
+    def rank_secret(self, run_id: str) -> bytes | None:
+        """The secret the trainer ranks of `run_id` prove membership with; None from a gateway without a token."""
+        return self._call("GetRankSecret", gateway_pb2.GetRankSecretRequest(run_id=run_id)).secret or None
+
     def status(self) -> common_pb2.ServiceStatus:
         return self._call("GetStatus", common_pb2.GetStatusRequest())
 
@@ -117,6 +123,7 @@ def sync_spec(group: gateway_pb2.SyncGroup):
             "join_timeout_s": max(group.timeout_seconds, 60.0),
             "bucket_mb": group.bucket_mb,
             "checkpoint_dir": group.checkpoint_dir or None,
+            "secret": group.secret or None,
         }
     )
 

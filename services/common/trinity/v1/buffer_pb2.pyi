@@ -471,16 +471,18 @@ class DeliveredExperience(_message.Message):
     def __init__(self, entry_id: _Optional[str] = ..., delivery_count: _Optional[int] = ..., experience: _Optional[_Union[_common_pb2.Experience, _Mapping]] = ...) -> None: ...
 
 class ReadExperiencesResponse(_message.Message):
-    __slots__ = ("items", "dropped_stale", "reclaimed", "dead_lettered")
+    __slots__ = ("items", "dropped_stale", "reclaimed", "dead_lettered", "consumer_pending")
     ITEMS_FIELD_NUMBER: _ClassVar[int]
     DROPPED_STALE_FIELD_NUMBER: _ClassVar[int]
     RECLAIMED_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTERED_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_PENDING_FIELD_NUMBER: _ClassVar[int]
     items: _containers.RepeatedCompositeFieldContainer[DeliveredExperience]
     dropped_stale: int
     reclaimed: int
     dead_lettered: int
-    def __init__(self, items: _Optional[_Iterable[_Union[DeliveredExperience, _Mapping]]] = ..., dropped_stale: _Optional[int] = ..., reclaimed: _Optional[int] = ..., dead_lettered: _Optional[int] = ...) -> None: ...
+    consumer_pending: int
+    def __init__(self, items: _Optional[_Iterable[_Union[DeliveredExperience, _Mapping]]] = ..., dropped_stale: _Optional[int] = ..., reclaimed: _Optional[int] = ..., dead_lettered: _Optional[int] = ..., consumer_pending: _Optional[int] = ...) -> None: ...
 
 class AckExperiencesRequest(_message.Message):
     __slots__ = ("stream", "entry_ids")
@@ -497,16 +499,18 @@ class AckExperiencesResponse(_message.Message):
     def __init__(self, acked: _Optional[int] = ...) -> None: ...
 
 class NackExperiencesRequest(_message.Message):
-    __slots__ = ("stream", "consumer", "entry_ids", "all_pending")
+    __slots__ = ("stream", "consumer", "entry_ids", "all_pending", "keep_entry_ids")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_FIELD_NUMBER: _ClassVar[int]
     ENTRY_IDS_FIELD_NUMBER: _ClassVar[int]
     ALL_PENDING_FIELD_NUMBER: _ClassVar[int]
+    KEEP_ENTRY_IDS_FIELD_NUMBER: _ClassVar[int]
     stream: str
     consumer: str
     entry_ids: _containers.RepeatedScalarFieldContainer[str]
     all_pending: bool
-    def __init__(self, stream: _Optional[str] = ..., consumer: _Optional[str] = ..., entry_ids: _Optional[_Iterable[str]] = ..., all_pending: _Optional[bool] = ...) -> None: ...
+    keep_entry_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, stream: _Optional[str] = ..., consumer: _Optional[str] = ..., entry_ids: _Optional[_Iterable[str]] = ..., all_pending: _Optional[bool] = ..., keep_entry_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class NackExperiencesResponse(_message.Message):
     __slots__ = ("requeued", "dead_lettered")

@@ -153,12 +153,14 @@ class Run(_message.Message):
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., config_json: _Optional[str] = ..., created_unix_ms: _Optional[int] = ..., updated_unix_ms: _Optional[int] = ..., error: _Optional[str] = ..., train_step: _Optional[int] = ..., explore_step: _Optional[int] = ..., model_version: _Optional[int] = ..., stage: _Optional[int] = ..., latest_metrics: _Optional[_Mapping[str, float]] = ..., assignments: _Optional[_Mapping[str, str]] = ..., finished: _Optional[_Iterable[str]] = ..., final_model_path: _Optional[str] = ..., lost_unix_ms: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class CreateRunRequest(_message.Message):
-    __slots__ = ("config_yaml", "run_id")
+    __slots__ = ("config_yaml", "run_id", "request_id")
     CONFIG_YAML_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     config_yaml: str
     run_id: str
-    def __init__(self, config_yaml: _Optional[str] = ..., run_id: _Optional[str] = ...) -> None: ...
+    request_id: str
+    def __init__(self, config_yaml: _Optional[str] = ..., run_id: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class GetRunRequest(_message.Message):
     __slots__ = ("run_id",)
@@ -372,7 +374,7 @@ class SyncMember(_message.Message):
     def __init__(self, instance_id: _Optional[str] = ..., rank: _Optional[int] = ..., has_gpu: _Optional[bool] = ..., host_id: _Optional[str] = ..., gpu_uuids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SyncGroup(_message.Message):
-    __slots__ = ("run_id", "generation", "backend", "host", "port", "world_size", "members", "ready", "announced_version", "checkpoint_dir", "timeout_seconds", "bucket_mb", "rank")
+    __slots__ = ("run_id", "generation", "backend", "host", "port", "world_size", "members", "ready", "announced_version", "checkpoint_dir", "timeout_seconds", "bucket_mb", "rank", "secret")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
@@ -386,6 +388,7 @@ class SyncGroup(_message.Message):
     TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     BUCKET_MB_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
+    SECRET_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     generation: int
     backend: str
@@ -399,7 +402,8 @@ class SyncGroup(_message.Message):
     timeout_seconds: float
     bucket_mb: float
     rank: int
-    def __init__(self, run_id: _Optional[str] = ..., generation: _Optional[int] = ..., backend: _Optional[str] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., world_size: _Optional[int] = ..., members: _Optional[_Iterable[_Union[SyncMember, _Mapping]]] = ..., ready: _Optional[bool] = ..., announced_version: _Optional[int] = ..., checkpoint_dir: _Optional[str] = ..., timeout_seconds: _Optional[float] = ..., bucket_mb: _Optional[float] = ..., rank: _Optional[int] = ...) -> None: ...
+    secret: bytes
+    def __init__(self, run_id: _Optional[str] = ..., generation: _Optional[int] = ..., backend: _Optional[str] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., world_size: _Optional[int] = ..., members: _Optional[_Iterable[_Union[SyncMember, _Mapping]]] = ..., ready: _Optional[bool] = ..., announced_version: _Optional[int] = ..., checkpoint_dir: _Optional[str] = ..., timeout_seconds: _Optional[float] = ..., bucket_mb: _Optional[float] = ..., rank: _Optional[int] = ..., secret: _Optional[bytes] = ...) -> None: ...
 
 class OpenSyncGroupRequest(_message.Message):
     __slots__ = ("run_id", "instance_id", "host", "port", "has_gpu", "backend", "explorer_workers", "checkpoint_dir", "timeout_seconds", "bucket_mb", "host_id", "gpu_uuids")
@@ -470,3 +474,15 @@ class ReportSyncFailureRequest(_message.Message):
     instance_id: str
     error: str
     def __init__(self, run_id: _Optional[str] = ..., generation: _Optional[int] = ..., instance_id: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+
+class GetRankSecretRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class RankSecret(_message.Message):
+    __slots__ = ("secret",)
+    SECRET_FIELD_NUMBER: _ClassVar[int]
+    secret: bytes
+    def __init__(self, secret: _Optional[bytes] = ...) -> None: ...

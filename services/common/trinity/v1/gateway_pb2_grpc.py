@@ -115,6 +115,11 @@ class GatewayServiceStub:
                 request_serializer=trinity_dot_v1_dot_gateway__pb2.ReportSyncFailureRequest.SerializeToString,
                 response_deserializer=trinity_dot_v1_dot_gateway__pb2.SyncGroup.FromString,
                 _registered_method=True)
+        self.GetRankSecret = channel.unary_unary(
+                '/trinity.v1.GatewayService/GetRankSecret',
+                request_serializer=trinity_dot_v1_dot_gateway__pb2.GetRankSecretRequest.SerializeToString,
+                response_deserializer=trinity_dot_v1_dot_gateway__pb2.RankSecret.FromString,
+                _registered_method=True)
         self.GetStatus = channel.unary_unary(
                 '/trinity.v1.GatewayService/GetStatus',
                 request_serializer=trinity_dot_v1_dot_common__pb2.GetStatusRequest.SerializeToString,
@@ -233,6 +238,13 @@ class GatewayServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetRankSecret(self, request, context):
+        """The secret the ranks of a data-parallel trainer prove membership of their process groups with (one per run).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetStatus(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -321,6 +333,11 @@ def add_GatewayServiceServicer_to_server(servicer, server):
                     servicer.ReportSyncFailure,
                     request_deserializer=trinity_dot_v1_dot_gateway__pb2.ReportSyncFailureRequest.FromString,
                     response_serializer=trinity_dot_v1_dot_gateway__pb2.SyncGroup.SerializeToString,
+            ),
+            'GetRankSecret': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRankSecret,
+                    request_deserializer=trinity_dot_v1_dot_gateway__pb2.GetRankSecretRequest.FromString,
+                    response_serializer=trinity_dot_v1_dot_gateway__pb2.RankSecret.SerializeToString,
             ),
             'GetStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.GetStatus,
@@ -760,6 +777,33 @@ class GatewayService:
             '/trinity.v1.GatewayService/ReportSyncFailure',
             trinity_dot_v1_dot_gateway__pb2.ReportSyncFailureRequest.SerializeToString,
             trinity_dot_v1_dot_gateway__pb2.SyncGroup.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRankSecret(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trinity.v1.GatewayService/GetRankSecret',
+            trinity_dot_v1_dot_gateway__pb2.GetRankSecretRequest.SerializeToString,
+            trinity_dot_v1_dot_gateway__pb2.RankSecret.FromString,
             options,
             channel_credentials,
             insecure,

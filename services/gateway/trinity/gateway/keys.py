@@ -27,5 +27,15 @@ def sync_group(run_id: str) -> str:
     return f"{PREFIX}:run:{{{run_id}}}:sync"
 
 
+def rank_secret(run_id: str) -> str:
+    """The secret of the run's trainer ranks (docs/security.md, "Process groups")."""
+    return f"{PREFIX}:run:{{{run_id}}}:rank-secret"
+
+
 def lock(run_id: str) -> str:
     return f"{PREFIX}:run:{{{run_id}}}:lock"
+
+
+def create_request(request_id: str) -> str:
+    """The id of the run a CreateRun with this request id created (a repeated request returns that run)."""
+    return f"{PREFIX}:create-request:{request_id}"

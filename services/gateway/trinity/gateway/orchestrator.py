@@ -60,14 +60,15 @@ class Orchestrator:
         self._spawn = spawn
         self._monitor_thread: threading.Thread | None = None
 
-    def create_run(self, config_text: str, run_id: str = "") -> gateway_pb2.Run:
+    def create_run(self, config_text: str, run_id: str = "", request_id: str = "") -> gateway_pb2.Run:
         try:
             config = parse_run_config(config_text)
             resolved_run(config)  # every stage validates and resolves, as `trinity check` shows it
         except ConfigError as err:
             raise InvalidArgument("", f"invalid run config: {err}") from None
-        run = self.ledger.runs.create(config.name, config.model_dump_json(), run_id)
-        self.ledger.event(run.id, gateway_pb2.EVENT_KIND_STATE, message="run accepted", state=run.state)
+        run, created = self.ledger.runs.create_once(config.name, config.model_dump_json(), run_id, request_id)
+        if created:  # else a retry of the request that created it, which has said so
+            self.ledger.event(run.id, gateway_pb2.EVENT_KIND_STATE, message="run accepted", state=run.state)
         return run  # the monitor launches it once its services are free
 
     def cancel(self, run_id: str, reason: str = "cancelled") -> gateway_pb2.Run:

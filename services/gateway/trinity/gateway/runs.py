@@ -14,7 +14,7 @@ import redis.asyncio
 
 from trinity.gateway import keys
 from trinity.gateway.metrics import EVENTS
-from trinity.runtime.errors import AlreadyExists, NotFound
+from trinity.runtime.errors import AlreadyExists, NotFound, Unavailable
 from trinity.runtime.events import decode_event, kind_name
 from trinity.v1 import gateway_pb2
 
@@ -42,6 +42,10 @@ FEED_EVENTS = 1000  # the newest events of a watched run kept in memory for its 
 # Spans of a run's timeline kept in Redis: the newest by step (a step of one trainer and two explorers reports about
 # 25, so about the last 800 steps; older ones are dropped as new ones come).
 TIMELINE_SPANS = 20_000
+# A CreateRun's request id names its run this long: far past any retry of it.
+CREATE_REQUEST_SECONDS = 24 * 3600
+# A repeated CreateRun waits this long for the first one to write the run it named (a few Redis round trips).
+CREATE_REQUEST_WAIT_S = 10.0
 
 
 def now_ms() -> int:
@@ -114,14 +118,55 @@ class RunStore:
         self._append_once = client.register_script(_APPEND_ONCE)
 
     def create(self, name: str, config_json: str, run_id: str = "") -> gateway_pb2.Run:
+        return self.create_once(name, config_json, run_id)[0]
+
+    def create_once(
+        self, name: str, config_json: str, run_id: str = "", request_id: str = ""
+    ) -> tuple[gateway_pb2.Run, bool]:
+        """The new run, and True; or, for a `request_id` seen before (a retried CreateRun), the run that request
+        created, and False."""
         run_id = run_id or f"{name}-{uuid.uuid4().hex[:8]}"
+        if not request_id:
+            return self._create(name, config_json, run_id), True
+        # The first attempt of the request claims it, under a mark of its own: a retried SET of this attempt (a
+        # reply lost on the way back from Redis) finds its own mark, another attempt finds the first's.
+        attempt, claim = uuid.uuid4().hex, keys.create_request(request_id)
+        self.client.set(claim, f"{attempt} {run_id}", nx=True, ex=CREATE_REQUEST_SECONDS)
+        first, _, first_run = cast("bytes", self.client.get(claim)).decode().partition(" ")
+        if first != attempt:
+            return self._created_by_another(claim, first_run), False
+        try:
+            return self._create(name, config_json, run_id), True
+        except BaseException:
+            self.client.delete(claim)  # nothing created: a retry of the request starts afresh
+            raise
+
+    def _create(self, name: str, config_json: str, run_id: str) -> gateway_pb2.Run:
         created = now_ms()
         run = gateway_pb2.Run(id=run_id, name=name, state=gateway_pb2.RUN_STATE_PENDING, config_json=config_json)
         run.created_unix_ms = run.updated_unix_ms = created
-        if not self.client.set(keys.run(run_id), run.SerializeToString(), nx=True):
+        raw = run.SerializeToString()
+        # A SET that Redis applied but whose reply was lost is sent again by the client (connect_redis) and then
+        # finds its own value: that is this run, not another of the same id.
+        if not self.client.set(keys.run(run_id), raw, nx=True) and self.client.get(keys.run(run_id)) != raw:
             raise AlreadyExists(f"run {run_id!r} already exists")
         self.client.zadd(keys.RUNS, {run_id: created})
         return run
+
+    def _created_by_another(self, claim: str, run_id: str) -> gateway_pb2.Run:
+        """The run that the first attempt of a request is writing, or has written. One that never appears (its
+        gateway died between the claim and the run) frees the request for the caller's next retry."""
+        deadline = time.monotonic() + CREATE_REQUEST_WAIT_S
+        while True:
+            try:
+                return self.get(run_id)
+            except NotFound:
+                if time.monotonic() > deadline:
+                    self.client.delete(claim)
+                    raise Unavailable(
+                        f"the first attempt of this CreateRun did not write run {run_id!r}; retry"
+                    ) from None
+                time.sleep(0.05)
 
     def get(self, run_id: str) -> gateway_pb2.Run:
         return _decode_run(run_id, cast("bytes | None", self.client.get(keys.run(run_id))))

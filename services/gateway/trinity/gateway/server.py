@@ -28,7 +28,7 @@ def start_gateway(settings: ServiceSettings) -> GrpcServer:
     orchestrator = Orchestrator(
         runs,
         InstanceRegistry(client, liveness_seconds=settings.liveness_seconds),
-        SyncGroups(client),
+        SyncGroups(client, issue_secrets=settings.auth_token is not None),
         recovery_seconds=settings.recovery_seconds,
     )
     servicer = GatewayServicer(orchestrator, settings.instance_id, max_active_runs=settings.max_active_runs)

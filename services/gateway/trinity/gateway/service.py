@@ -72,7 +72,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
                 f"{active} runs are pending or running, the gateway's limit (TRINITY_MAX_ACTIVE_RUNS); "
                 "wait for one to end or cancel one (trinity runs cancel <id>)"
             )
-        return self.orchestrator.create_run(config_text, request.run_id)
+        bounded(request.request_id, "request_id")
+        return self.orchestrator.create_run(config_text, request.run_id, request.request_id)
 
     @grpc_errors
     def GetRun(self, request: gateway_pb2.GetRunRequest, context: grpc.ServicerContext) -> Any:
@@ -177,6 +178,12 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         failed = f"sync generation {request.generation} failed at {request.instance_id}: {request.error}"
         self.orchestrator.ledger.event(request.run_id, gateway_pb2.EVENT_KIND_WEIGHTS, message=failed)
         return group or gateway_pb2.SyncGroup(run_id=request.run_id)
+
+    @grpc_errors
+    def GetRankSecret(self, request: gateway_pb2.GetRankSecretRequest, context: grpc.ServicerContext) -> Any:
+        run_id = require(request.run_id, "run_id")
+        self.runs.get(run_id)  # NOT_FOUND for a run that does not exist: no secret is made for it
+        return gateway_pb2.RankSecret(secret=self.sync.rank_secret(run_id))
 
     @grpc_errors
     def GetStatus(self, request: common_pb2.GetStatusRequest, context: grpc.ServicerContext) -> Any:

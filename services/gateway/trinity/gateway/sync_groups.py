@@ -3,10 +3,15 @@
 The trainer opens a generation (it has already reserved the rendezvous port by starting the TCPStore
 master); explorer workers join and get ranks 1..N; the group is ready when all N joined. Any change of
 membership (a member died, an update failed) closes the generation; the next open starts a new one.
+
+A gateway with a token also makes the secrets of a run's process groups: one per weight-sync generation (in the
+`SyncGroup` it hands its callers) and one per run for the trainer's ranks (`rank_secret`). Whoever holds one may
+join that group; the stores they meet in have no authentication of their own (docs/security.md, "Process groups").
 """
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 from typing import cast, get_args
 
@@ -23,6 +28,7 @@ METHODS: tuple[str, ...] = get_args(SyncMethod)
 
 
 MAX_MEMBER_GPUS = 64
+SECRET_BYTES = 32
 
 
 def _one_gpu_shared_by_all(members: Sequence[gateway_pb2.SyncMember]) -> bool:
@@ -80,8 +86,13 @@ def member(
 
 
 class SyncGroups:
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis, *, issue_secrets: bool = False) -> None:
+        """`issue_secrets`: the gateway has a token, so it can hand secrets to authenticated callers only."""
         self.client = client
+        self.issue_secrets = issue_secrets
+
+    def _new_secret(self) -> bytes:
+        return secrets.token_bytes(SECRET_BYTES) if self.issue_secrets else b""
 
     def _raw(self, key: str) -> bytes | None:
         # The gateway's Redis client does not decode replies: they are bytes.
@@ -128,6 +139,7 @@ class SyncGroups:
                 checkpoint_dir=request.checkpoint_dir,
                 timeout_seconds=request.timeout_seconds,
                 bucket_mb=request.bucket_mb,
+                secret=self._new_secret(),
             )
             self._save(group)
             return group
@@ -155,14 +167,26 @@ class SyncGroups:
             group.rank = rank
             return group
 
+    def rank_secret(self, run_id: str) -> bytes:
+        """The secret of the run's trainer ranks, made on the first request (empty without secrets)."""
+        if not self.issue_secrets:
+            return b""
+        key = keys.rank_secret(run_id)
+        self.client.set(key, self._new_secret(), nx=True)  # the leader and each follower ask: one secret per run
+        return cast("bytes", self.client.get(key))
+
     def announce(self, run_id: str, generation: int, version: int) -> gateway_pb2.SyncGroup:
         with self.client.lock(keys.lock(run_id), timeout=10, blocking_timeout=10):
             group = self.get(run_id)
             if generation != group.generation:
                 raise FailedPrecondition(f"generation {generation} is over; the current one is {group.generation}")
-            if version <= group.announced_version:
+            if version == group.announced_version:
+                # The same announcement again: a retry whose first reply was lost on the way (a connection that
+                # dropped after the gateway answered). Announced already; saying so again changes nothing.
+                return group
+            if version < group.announced_version:
                 raise FailedPrecondition(
-                    f"weight versions only increase: {version} <= announced {group.announced_version}"
+                    f"weight versions only increase: {version} < announced {group.announced_version}"
                 )
             group.announced_version = version
             self._save(group)

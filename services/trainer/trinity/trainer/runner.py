@@ -173,7 +173,9 @@ class TrainerRunner(ReportingRunner):
         checkpoints = self.stage_dir / "checkpoints"
         model_config = self._with_model_dir()
         with self.reporter.phase(gateway_pb2.PHASE_MODEL_LOAD, step=0, model_version=0, detail=cfg.trainer.backend):
-            backend = self.backend = build_run_backend(model_config, checkpoints, run_id=self.run_id)
+            backend = self.backend = build_run_backend(
+                model_config, checkpoints, run_id=self.run_id, rank_secret=lambda: self.gateway.rank_secret(self.run_id)
+            )
             self._resume(backend)
         # The same instance id restarted: what this consumer held when it died is ours to train again.
         self.buffer.nack(self.stream, self.instance_id, all_pending=True)
@@ -299,6 +301,12 @@ class TrainerRunner(ReportingRunner):
             dropped += got.dropped_stale
             entry_ids += got.entry_ids
             experiences += got.experiences
+            held = list(dict.fromkeys([*self._unacked.get(self.stream, []), *entry_ids]))  # an entry redelivered: once
+            if got.consumer_pending > len(held):
+                # Entries delivered to this trainer that never reached it (a read's reply lost with its connection)
+                # would wait under its name until reclaimed (`claim_idle_ms`, 10 min): hand them back for the next.
+                handed = self.buffer.nack(self.stream, self.instance_id, all_pending=True, keep=held)
+                log.warning("trainer.deliveries_lost", run_id=self.run_id, handed_back=handed)
             if not got.experiences and self.publisher is not None and self.publisher.group_lost():
                 # An explorer was lost: re-form the group and push the current version to its replacement.
                 self.publisher.reform(self.model_version, backend.named_weights)

@@ -1,7 +1,9 @@
 """The trainer's side of weight sync: reserve the rendezvous, open the group at the Gateway, publish.
 
 A failed update (a member died mid-broadcast) closes the generation; the publisher re-forms the group
-with whoever joins next and publishes the same version again, so a waiting explorer is never stranded.
+with whoever joins next and publishes the same version again, so a waiting explorer is never stranded. A
+generation that fails to form (a member that cannot join, or does not prove it holds the generation's secret) is
+closed the same way and the next one opened.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
 log = get_logger(__name__)
 
 NamedTensors = Callable[[], Iterable[tuple[str, torch.Tensor]]]
+_OVER = (gateway_pb2.RUN_STATE_SUCCEEDED, gateway_pb2.RUN_STATE_FAILED, gateway_pb2.RUN_STATE_CANCELLED)
 
 
 class FormingStopped(Exception):
@@ -72,7 +75,22 @@ class WeightPublisher:
         self.generation = 0
 
     def open(self) -> SyncSender:
-        """Open a new generation and wait until every explorer worker has joined it; its sender."""
+        """Open a new generation, wait until every explorer worker has joined it, and form it; its sender. Up to
+        `max_attempts` generations: one that fails to form is reported (the Gateway closes it) and the next opened."""
+        from trinity.sync import SyncError
+
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                return self._form()
+            except SyncError as err:
+                log.warning("weights.forming_failed", generation=self.generation, attempt=attempt, error=str(err))
+                self.gateway.report_sync_failure(self.run_id, self.generation, self.instance_id, str(err))
+                self._close_sender()
+                if attempt == self.max_attempts:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _form(self) -> SyncSender:
         from trinity.sync import SyncGroupSpec, open_sender, reserve_rendezvous
 
         collective = self.method != "checkpoint"
@@ -88,14 +106,24 @@ class WeightPublisher:
             self._rendezvous = reserve_rendezvous(placeholder)
         group = self._open_generation()
         deadline = time.monotonic() + self.config.timeout_seconds
+        recovering = False
         while not group.ready:
             if self.stop.is_set():
                 raise FormingStopped(f"run {self.run_id} stopped while generation {group.generation} was forming")
             if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"only {len(group.members) - 1} of {self.explorers} explorer worker(s) joined the sync group "
-                    f"within {self.config.timeout_seconds:.0f}s"
-                )
+                # The gateway waits for a lost explorer to come back or be replaced, and bounds that wait itself
+                # (TRINITY_RECOVERY_SECONDS: past it the run fails, which stops this wait): a partitioned or
+                # restarting explorer host must not fail the run sooner than the gateway would. Asked each second
+                # meanwhile, so that the explorer that is back gets the whole timeout to join from its return.
+                if self._explorer_being_recovered():
+                    recovering, deadline = True, time.monotonic() + 1.0
+                elif recovering:
+                    recovering, deadline = False, time.monotonic() + self.config.timeout_seconds
+                else:
+                    raise TimeoutError(
+                        f"only {len(group.members) - 1} of {self.explorers} explorer worker(s) joined the sync group "
+                        f"within {self.config.timeout_seconds:.0f}s (synchronizer.timeout_seconds)"
+                    )
             time.sleep(0.1)
             group = self.gateway.sync_group(self.run_id)
             if group.world_size == 0:
@@ -109,6 +137,14 @@ class WeightPublisher:
         sender.init()
         log.info("weights.group_ready", generation=group.generation, backend=spec.backend)
         return sender
+
+    def _explorer_being_recovered(self) -> bool:
+        """Whether the gateway counts one of the run's explorers lost and is waiting for it or a replacement. A run
+        found over ends the forming (the StopRun that says so may not have reached this trainer)."""
+        run = self.gateway.get_run(self.run_id)
+        if run.state in _OVER:
+            raise FormingStopped(f"run {self.run_id} is {gateway_pb2.RunState.Name(run.state)}")
+        return any(run.assignments.get(instance) == "explorer" for instance in run.lost_unix_ms)
 
     def _open_generation(self) -> gateway_pb2.SyncGroup:
         return self.gateway.open_sync_group(

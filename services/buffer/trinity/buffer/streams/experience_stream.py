@@ -50,6 +50,7 @@ class ReadResult:
     dropped_stale: int = 0
     reclaimed: int = 0
     dead_lettered: int = 0
+    consumer_pending: int = 0  # entries pending under the consumer after the read, `entries` included
 
 
 @dataclass
@@ -251,7 +252,7 @@ class ExperienceStream:
         delivered = ("EVAL", scripts.DELIVERED, 2, keys.stream, keys.stats, config.group, consumer)
 
         def attempt(session: resp.Session) -> ReadResult:
-            (((claimed, dead), rows, _),) = session.call(
+            (((claimed, dead), rows, pending),) = session.call(
                 [resp.Multi((reclaim, _xreadgroup(config.group, consumer, keys.stream, batch_size), delivered))]
             )
             counted = len(claimed) + len(rows)  # what the MULTI counted as delivered
@@ -283,6 +284,7 @@ class ExperienceStream:
                     break
                 asked = batch_size - len(result.entries)  # stale entries left room: fill it
                 (rows,) = session.call([_xreadgroup(config.group, consumer, keys.stream, asked)])
+                pending += len(rows)
             corrections: list[resp.Command] = []
             if stale:
                 corrections.append(("XACK", keys.stream, config.group, *stale))
@@ -296,6 +298,9 @@ class ExperienceStream:
             if corrections:
                 session.call(corrections)
             result.dropped_stale = len(stale)
+            # What the consumer holds as far as the stream knows: stale entries were acknowledged, the surplus is
+            # handed back (reclaimable at once, though still listed under this consumer).
+            result.consumer_pending = int(pending) - len(stale) - len(surplus)
             return result
 
         return resp.run(self.client, attempt)

@@ -3,7 +3,9 @@
 
 It reads the torchrun environment (`RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`, `LOCAL_RANK`), joins
 the run rank 0 announces at `MASTER_ADDR:MASTER_PORT`, builds its backend from the run config it receives
-and runs rank 0's commands until the run ends. With `--once` (how the leader starts its local followers) it
+and runs rank 0's commands until the run ends. In a deployment with a token it proves membership with the run's
+rank secret: a local follower gets it from rank 0 (`TRINITY_RANK_SECRET`), one on another host from the gateway
+(`TRINITY_GATEWAY`, with its `TRINITY_AUTH_TOKEN`). With `--once` (how the leader starts its local followers) it
 then exits; without, it waits for the next run (persistent followers on other hosts), each wait bounded by
 `--join-timeout`. A failure is reported to rank 0 (the traceback, in the store) and ends the process, which
 closes its sockets so that no rank waits on it.
@@ -22,13 +24,16 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from trinity.clients.gateway import GatewayClient
 from trinity.config import RunConfig, TorchTrainerConfig
 from trinity.runtime.errors import one_line
 from trinity.runtime.logging import configure_logging, get_logger
+from trinity.runtime.settings import auth_token
+from trinity.runtime.tls import TlsSettings
 from trinity.trainer.backend import build_backend
 from trinity.trainer.ranks import rendezvous
 from trinity.trainer.ranks.commands import END, run_command
-from trinity.trainer.ranks.processes import PARENT_PID_ENV, THREADS_ENV, die_with_parent
+from trinity.trainer.ranks.processes import PARENT_PID_ENV, SECRET_ENV, THREADS_ENV, die_with_parent
 
 log = get_logger(__name__)
 
@@ -66,6 +71,26 @@ class RankEnv:
         return env
 
 
+def rank_secret(announcement: rendezvous.Announcement) -> bytes | None:
+    """The run's rank secret: rank 0's (a local follower), else the gateway's for this rank's token; None without a
+    token, as rank 0 has none then."""
+    if given := os.environ.pop(SECRET_ENV, ""):  # popped: none of this rank's own children needs it
+        return bytes.fromhex(given)
+    token = auth_token()
+    if token is None:
+        if announcement.authenticated:
+            raise ValueError(
+                "the trainer's ranks prove membership with the run's secret: set TRINITY_AUTH_TOKEN and "
+                "TRINITY_GATEWAY on this rank, so that it can ask the gateway for it"
+            )
+        return None
+    gateway = os.environ.get("TRINITY_GATEWAY")
+    if not gateway:
+        raise ValueError("TRINITY_AUTH_TOKEN is set: set TRINITY_GATEWAY too, to fetch the run's rank secret")
+    with GatewayClient(gateway, token=token, tls=TlsSettings.from_env()) as client:
+        return client.rank_secret(announcement.run_id)
+
+
 def serve_run(env: RankEnv, store: dist.Store, announcement: rendezvous.Announcement) -> None:
     """One run: build the backend, run commands until `end`. Any failure is reported and ends the process."""
     try:
@@ -74,12 +99,13 @@ def serve_run(env: RankEnv, store: dist.Store, announcement: rendezvous.Announce
         if not isinstance(trainer, TorchTrainerConfig) or trainer.data_parallel_size != env.world_size:
             size = getattr(trainer, "data_parallel_size", None)
             raise ValueError(f"WORLD_SIZE={env.world_size} but the run's trainer.data_parallel_size is {size}")
+        secret = rank_secret(announcement)
         if store.add(f"joined/{env.rank}", 1) != 1:
             raise ValueError(f"RANK={env.rank} joined twice: give every follower its own RANK")
         log.info("rank.joined", run_id=announcement.run_id, rank=env.rank, world_size=env.world_size)
         if torch.cuda.is_available():
             torch.cuda.set_device(env.local_rank % torch.cuda.device_count())
-        groups = rendezvous.init_groups(store, env.rank, env.world_size, trainer)
+        groups = rendezvous.init_groups(store, env.rank, env.world_size, trainer, announcement, secret)
         ckpt = Path(announcement.checkpoint_dir) if announcement.checkpoint_dir is not None else None
         backend = build_backend(config, ckpt)
         store.set(f"ready/{env.rank}", "1")

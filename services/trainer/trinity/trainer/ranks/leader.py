@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 import threading
 import time
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ import torch.distributed as dist
 from trinity.config import RunConfig, TorchTrainerConfig
 from trinity.runtime.errors import one_line
 from trinity.runtime.logging import get_logger
+from trinity.sync.membership import MembershipRefused
 from trinity.trainer.backend import TrainerBackend, build_backend
 from trinity.trainer.ranks import rendezvous
 from trinity.trainer.ranks.commands import END, STATE, RankState, encode_experiences, rank_state
@@ -51,9 +52,12 @@ class RankFailure(RuntimeError):
 
 
 class ReplicatedBackend:
-    """See the module docstring. `config.trainer` is a `TorchTrainerConfig` with `data_parallel_size > 1`."""
+    """See the module docstring. `config.trainer` is a `TorchTrainerConfig` with `data_parallel_size > 1`;
+    `secret`: the run's rank secret from the gateway (None without a token: the ranks prove nothing)."""
 
-    def __init__(self, config: RunConfig, checkpoint_dir: Path | None, *, run_id: str) -> None:
+    def __init__(
+        self, config: RunConfig, checkpoint_dir: Path | None, *, run_id: str, secret: bytes | None = None
+    ) -> None:
         trainer = config.trainer
         if not isinstance(trainer, TorchTrainerConfig):
             raise ValueError(f"ReplicatedBackend trains the torch backend, not trainer.backend {trainer.backend!r}")
@@ -72,13 +76,14 @@ class ReplicatedBackend:
         self._groups: rendezvous.Groups | None = None
         started = time.monotonic()
         deadline = started + trainer.start_timeout_s
-        store, port = rendezvous.host_run(
+        store, port, announcement = rendezvous.host_run(
             trainer.master_addr,
             trainer.master_port,
             run_id,
             config.model_dump_json(),
             str(checkpoint_dir) if checkpoint_dir is not None else None,
             trainer.start_timeout_s,
+            authenticated=secret is not None,
         )
         self._store: dist.PrefixStore | None = store
         self.address = f"{trainer.master_addr}:{port}"
@@ -92,16 +97,22 @@ class ReplicatedBackend:
             master_addr=trainer.master_addr,
             master_port=port,
             threads=threads,
+            secret=secret,
         )
         log.info("ranks.starting", run_id=run_id, world_size=self.world_size, local=local_count, address=self.address)
         try:
             self._wait_for("joined", deadline, "join")
-            self._groups = rendezvous.init_groups(self._store, 0, self.world_size, trainer)
+            self._groups = rendezvous.init_groups(self._store, 0, self.world_size, trainer, announcement, secret)
             self._local = build_backend(config, checkpoint_dir)
             self._wait_for("ready", deadline, "build their backend")
         except RankFailure:
             self._abandon()
             raise
+        except MembershipRefused as refused:
+            self._abandon()
+            log.error("ranks.refused", run_id=run_id, ranks=refused.ranks, error=str(refused))
+            failed = dict.fromkeys(refused.ranks, "refused: it did not prove it holds the run's rank secret")
+            raise RankFailure(f"the trainer ranks at {self.address} did not form: {refused}", failed) from refused
         except Exception as err:
             raise self._failure("start-up", err) from err
         log.info("ranks.ready", run_id=run_id, world_size=self.world_size, seconds=time.monotonic() - started)
@@ -284,14 +295,21 @@ class ReplicatedBackend:
         self._ranks.kill()
         if dist.is_initialized():
             dist.destroy_process_group()
+        else:
+            # A start that failed inside init_process_group (a member refused, or gone) used up torch's next group
+            # name, which destroying a default group would reset: the next run's followers, fresh processes, name
+            # their groups from 0, and would never meet ours.
+            dist.distributed_c10d._world.group_count = 0
         self._groups = None
         self._store = None
 
 
-def build_run_backend(config: RunConfig, checkpoint_dir: Path | None, *, run_id: str) -> TrainerBackend:
-    """The backend of a run: replicated over `data_parallel_size` ranks for a torch run with more than one,
-    else the one `trainer.backend` names."""
+def build_run_backend(
+    config: RunConfig, checkpoint_dir: Path | None, *, run_id: str, rank_secret: Callable[[], bytes | None]
+) -> TrainerBackend:
+    """The backend of a run: replicated over `data_parallel_size` ranks for a torch run with more than one
+    (proving membership with `rank_secret()`, asked only then), else the one `trainer.backend` names."""
     trainer = config.trainer
     if isinstance(trainer, TorchTrainerConfig) and trainer.data_parallel_size > 1:
-        return ReplicatedBackend(config, checkpoint_dir, run_id=run_id)
+        return ReplicatedBackend(config, checkpoint_dir, run_id=run_id, secret=rank_secret())
     return build_backend(config, checkpoint_dir)

@@ -18,6 +18,9 @@ from collections.abc import Mapping
 
 PARENT_PID_ENV = "TRINITY_RANK_PARENT_PID"
 THREADS_ENV = "TRINITY_TRAINER_THREADS"
+# The run's rank secret, hex, for a local follower: in its environment (readable by its own user only), never on
+# its command line (which every user sees in the process list).
+SECRET_ENV = "TRINITY_RANK_SECRET"
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -57,12 +60,22 @@ class LocalRanks:
     """The follower processes this host runs for one run, ranks `first..first+count-1`."""
 
     def __init__(
-        self, *, first: int, count: int, world_size: int, master_addr: str, master_port: int, threads: int
+        self,
+        *,
+        first: int,
+        count: int,
+        world_size: int,
+        master_addr: str,
+        master_port: int,
+        threads: int,
+        secret: bytes | None = None,
     ) -> None:
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        inherited = {name: value for name, value in os.environ.items() if name != SECRET_ENV}
         for rank in range(first, first + count):
             env: Mapping[str, str] = {
-                **os.environ,
+                **inherited,
+                **({SECRET_ENV: secret.hex()} if secret is not None else {}),
                 "RANK": str(rank),
                 "LOCAL_RANK": str(rank),  # the leader is local rank 0: local ranks are the first global ones
                 "WORLD_SIZE": str(world_size),

@@ -5,10 +5,16 @@ directory, run id, a fresh token). A follower connects, reads it, and from then 
 token (`joined/<rank>`, `ready/<rank>`, `error/<rank>`), so a persistent follower can never mistake the store
 of the run that just ended for the next one. Then every rank builds the same groups: the default process
 group (the backend's collectives) and two gloo groups of the command loop.
+
+With the run's rank secret (a deployment with a token: the gateway hands it out), the groups meet in a
+`SignedStore` and every rank proves membership of each group before the first command: the commands are
+pickles, so a stranger in the group could run code on any rank (trinity.sync.membership). The proof is bound to
+the announcement the rank read, so a rewritten announcement fails it too.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pickle
 import threading
@@ -22,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from trinity.config import TorchTrainerConfig
+from trinity.sync.membership import SignedStore, allgather_exchange, prove_membership
 
 RUN_KEY = "trinity/run"
 NEXT_KEY = "trinity/after/"  # + a run's token: the run announced after it (what its persistent followers wait on)
@@ -35,6 +42,9 @@ class Announcement:
     run_id: str
     config_json: str  # the run config rank 0 builds its backend with (`model.path` a directory)
     checkpoint_dir: str | None
+    # Rank 0 proves membership with the run's secret; a follower without one is told how to get it. A follower that
+    # has a token asks the gateway whatever this says (anyone can rewrite it).
+    authenticated: bool = False
 
     def encode(self) -> str:
         return json.dumps(asdict(self))
@@ -42,6 +52,11 @@ class Announcement:
     @classmethod
     def decode(cls, data: bytes) -> Announcement:
         return cls(**json.loads(data))
+
+    @property
+    def group(self) -> str:
+        """The ranks' name in membership proofs: the run and a digest of everything announced."""
+        return f"trainer ranks of run {self.run_id} ({hashlib.sha256(self.encode().encode()).hexdigest()[:16]})"
 
 
 @dataclass(frozen=True)
@@ -58,10 +73,16 @@ _hosted_lock = threading.Lock()
 
 
 def host_run(
-    addr: str, port: int | None, run_id: str, config_json: str, checkpoint_dir: str | None, timeout_s: float
-) -> tuple[dist.PrefixStore, int]:
+    addr: str,
+    port: int | None,
+    run_id: str,
+    config_json: str,
+    checkpoint_dir: str | None,
+    timeout_s: float,
+    authenticated: bool = False,
+) -> tuple[dist.PrefixStore, int, Announcement]:
     """Rank 0: announce a run in this process's store at `addr:port` (None = a free port); the store of the
-    run's keys and the port."""
+    run's keys, the port and the announcement."""
     with _hosted_lock:
         store = _hosted.get((addr, port))
         if store is None:
@@ -69,11 +90,11 @@ def host_run(
             _hosted[(addr, port)] = store
     store.set_timeout(timedelta(seconds=timeout_s))
     token = uuid.uuid4().hex
-    announcement = Announcement(token, run_id, config_json, checkpoint_dir).encode()
+    announcement = Announcement(token, run_id, config_json, checkpoint_dir, authenticated)
     if store.check([RUN_KEY]):
-        store.set(NEXT_KEY + Announcement.decode(store.get(RUN_KEY)).token, announcement)
-    store.set(RUN_KEY, announcement)
-    return dist.PrefixStore(token, store), int(store.port)
+        store.set(NEXT_KEY + Announcement.decode(store.get(RUN_KEY)).token, announcement.encode())
+    store.set(RUN_KEY, announcement.encode())
+    return dist.PrefixStore(token, store), int(store.port), announcement
 
 
 class JoinTimeout(TimeoutError):
@@ -99,18 +120,34 @@ def join_run(
     raise JoinTimeout(f"no trainer run announced at {addr}:{port} within {timeout_s:.0f}s")
 
 
-def init_groups(store: dist.Store, rank: int, world_size: int, trainer: TorchTrainerConfig) -> Groups:
-    """The default process group and the command loop's groups, on every rank in the same order."""
+def init_groups(
+    store: dist.Store,
+    rank: int,
+    world_size: int,
+    trainer: TorchTrainerConfig,
+    announcement: Announcement,
+    secret: bytes | None,
+) -> Groups:
+    """The default process group and the command loop's groups, on every rank in the same order; with the run's
+    secret, each proven (`MembershipRefused` naming the ranks that fail) before any command travels."""
     backend = trainer.distributed_backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    groups_store = store if secret is None else SignedStore(store, secret, announcement.group, rank)
     dist.init_process_group(
         backend,
-        store=dist.PrefixStore("pg", store),
+        store=dist.PrefixStore("pg", groups_store),
         rank=rank,
         world_size=world_size,
         timeout=timedelta(seconds=trainer.collective_timeout_s),
     )
     commands = dist.new_group(backend="gloo", timeout=IDLE_TIMEOUT)
     replies = dist.new_group(backend="gloo", timeout=timedelta(seconds=trainer.command_timeout_s))
+    if secret is not None:
+        limit = timedelta(seconds=trainer.command_timeout_s)
+        cpu = torch.device("cpu")
+        default = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else cpu
+        # A stranger may have taken a member's place in any of the three.
+        for group, device in ((dist.group.WORLD, default), (commands, cpu), (replies, cpu)):
+            prove_membership(allgather_exchange(group, world_size, device, limit), secret, announcement.group, rank)
     return Groups(commands, replies)
 
 
