@@ -19,7 +19,7 @@ from pydantic import SecretBytes
 from tests.sync.conftest import Receivers
 from tests.sync.test_collective import _assert_exact, _weights
 from tests.sync.workers import results_by_rank, unpack
-from trinity.sync import SyncError, SyncGroupSpec, WeightSender, reserve_rendezvous
+from trinity.sync import Rendezvous, SyncError, SyncGroupSpec, WeightSender, reserve_rendezvous
 from trinity.sync.checksum import BucketChecksums, checksum_bytes
 from trinity.sync.collective import verdict
 from trinity.sync.cuda_ipc import IpcSender
@@ -84,14 +84,7 @@ def test_a_process_without_the_secret_is_refused_and_the_next_generation_forms(
 
     spec = rendezvous.next_generation(["explorer-0"], secret=_secret())
     receivers.spawn(spec, {1: ["ok"]})
-    sender = WeightSender(spec, rendezvous=rendezvous)
-    sender.init()
-    report = sender.publish(1, _weights(1).items())
-    sender.close()
-    assert report.accepted_by_all
-    ((_, _, outcome, _, packed, sums),) = results_by_rank(receivers.results, 1)[1]
-    assert outcome == "ok"
-    _assert_exact(unpack(packed), sums, _weights(1))
+    _assert_one_version_served_exactly(spec, rendezvous, receivers)
 
 
 def test_garbage_on_the_rendezvous_port_while_a_group_forms_does_not_break_it(receivers: Receivers) -> None:
@@ -108,17 +101,9 @@ def test_garbage_on_the_rendezvous_port_while_a_group_forms_does_not_break_it(re
     spray(20)  # before the receiver joins
     receivers.spawn(rendezvous.spec, {1: ["ok"]})
     spray(20)  # while it joins
-    sender = WeightSender(rendezvous.spec, rendezvous=rendezvous)
-    sender.init()
-    report = sender.publish(1, _weights(1).items())
-    sender.close()
+    _assert_one_version_served_exactly(rendezvous.spec, rendezvous, receivers)
     for connection in connections:
         connection.close()
-
-    assert report.accepted_by_all
-    ((_, _, outcome, _, packed, sums),) = results_by_rank(receivers.results, 1)[1]
-    assert outcome == "ok"
-    _assert_exact(unpack(packed), sums, _weights(1))
 
 
 def test_an_altered_bucket_fails_authentication_and_the_next_version_is_served(receivers: Receivers) -> None:
@@ -257,3 +242,15 @@ def test_the_secret_is_never_printed_serialized_or_carried_to_the_next_generatio
     for text in (repr(spec), str(spec), spec.model_dump_json(), str(spec.model_dump())):
         assert secret.hex() not in text and repr(secret) not in text and "secret" not in text
     assert spec.next_generation(["explorer-0"]).secret is None
+
+
+def _assert_one_version_served_exactly(spec: SyncGroupSpec, rendezvous: Rendezvous, receivers: Receivers) -> None:
+    """The trainer publishes version 1 into `spec`'s group; its one receiver accepts it with every byte as sent."""
+    sender = WeightSender(spec, rendezvous=rendezvous)
+    sender.init()
+    report = sender.publish(1, _weights(1).items())
+    sender.close()
+    assert report.accepted_by_all
+    ((_, _, outcome, _, packed, sums),) = results_by_rank(receivers.results, 1)[1]
+    assert outcome == "ok"
+    _assert_exact(unpack(packed), sums, _weights(1))
