@@ -18,7 +18,7 @@ from trinity.clients import GatewayClient
 from trinity.clients.gateway import sync_spec
 from trinity.config import SynchronizerConfig
 from trinity.config.sync import SyncMethod
-from trinity.explorer.weight_feed import WeightFeed
+from trinity.explorer.weight_feed import Staged, WeightFeed
 from trinity.models.digest import weights_digest
 from trinity.sdk import TrinityClient
 from trinity.sync import SyncError, WeightReceiver
@@ -170,17 +170,7 @@ def _publish_to_a_feed(
     _wait_for_generation(gateway, run_id, 1)
     feed.start()
     trainer.join(timeout=60)
-    try:
-        metrics = publisher.publish(1, lambda: named_weights(model))
-        deadline = time.monotonic() + 30
-        staged = feed.take()
-        while staged is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-            staged = feed.take()
-    finally:
-        feed.close()
-        feed.join(timeout=30)  # before the trainer's store goes, so the feed leaves quietly
-        publisher.close()
+    metrics, staged = _publish_version_one(publisher, feed, model)
     assert staged is not None, f"the explorer never staged version 1 (feed error: {feed.error})"
     assert staged.version == 1
     assert staged.published_digest == metrics["weights_digest"]  # the trainer's digest travels with the version
@@ -256,8 +246,18 @@ def test_a_generation_with_a_member_that_fails_the_proof_is_closed_and_the_next_
     feed = WeightFeed(gateway, unique, "explorer-0")
     feed.start()
     trainer.join(timeout=60)
+    assert publisher.generation == 2
+    metrics, staged = _publish_version_one(publisher, feed, model)
+    assert staged is not None and staged.version == 1
+    assert staged.published_digest == metrics["weights_digest"] == float(weights_digest(staged.tensors))
+
+
+def _publish_version_one(
+    publisher: WeightPublisher, feed: WeightFeed, model: Path
+) -> tuple[dict[str, float], Staged | None]:
+    """Publish version 1 of `model`, wait up to 30 s for `feed` to stage it, then close both; the publish's metrics
+    and what was staged (None if nothing was)."""
     try:
-        assert publisher.generation == 2
         metrics = publisher.publish(1, lambda: named_weights(model))
         deadline = time.monotonic() + 30
         staged = feed.take()
@@ -266,7 +266,6 @@ def test_a_generation_with_a_member_that_fails_the_proof_is_closed_and_the_next_
             staged = feed.take()
     finally:
         feed.close()
-        feed.join(timeout=30)
+        feed.join(timeout=30)  # before the trainer's store goes, so the feed leaves quietly
         publisher.close()
-    assert staged is not None and staged.version == 1
-    assert staged.published_digest == metrics["weights_digest"] == float(weights_digest(staged.tensors))
+    return metrics, staged
