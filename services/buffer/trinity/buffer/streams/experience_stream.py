@@ -393,7 +393,8 @@ class ExperienceStream:
         counters = {_text(k): int(v) for k, v in self.client.hgetall(self.keys.stats).items()}
         pending = lag = consumers = 0
         if self.client.exists(self.keys.stream):
-            newest = self.client.xrevrange(self.keys.stream, count=1)
+            tail = self.client.xrevrange(self.keys.stream, count=1) or []
+            newest = next((_text(i) for i, _ in tail if i), None)
             for group in self.client.xinfo_groups(self.keys.stream):
                 if _text(group["name"]) == self.config.group:
                     pending = int(group["pending"])
@@ -401,9 +402,8 @@ class ExperienceStream:
                     # Redis's lag is entries added minus a count of entries read that a moved last-delivered id
                     # (a hand-back) or a reload can leave wrong (a soak ended with every entry acknowledged and a
                     # lag of 38,912); when the group has delivered the newest entry nothing waits, whatever it says.
-                    delivered_all = not newest or _id_key(_text(group["last-delivered-id"])) >= _id_key(
-                        _text(newest[0][0])
-                    )
+                    delivered = _id_key(_text(group["last-delivered-id"]))
+                    delivered_all = newest is None or delivered >= _id_key(newest)
                     lag = 0 if delivered_all else int(group.get("lag") or 0)
         return {
             "length": int(self.client.xlen(self.keys.stream)),
