@@ -21,10 +21,23 @@ from trinity.sdk.client import config_text
 from trinity.v1 import gateway_pb2, gateway_pb2_grpc
 
 
-def _create(address: str, config: dict, request_id: str, run_id: str = "") -> gateway_pb2.Run:
-    request = gateway_pb2.CreateRunRequest(config_yaml=config_text(config), run_id=run_id, request_id=request_id)
-    with open_channel(address) as channel:
-        return gateway_pb2_grpc.GatewayServiceStub(channel).CreateRun(request, timeout=30)
+@pytest.fixture
+def create(gateway):
+    """CreateRun on the session's gateway with a request id; every run made is cancelled after the test, as the
+    gateway refuses new runs beyond its limit of pending ones and the tests share it."""
+    made: set[str] = set()
+
+    def _create(config: dict, request_id: str, run_id: str = "") -> gateway_pb2.Run:
+        request = gateway_pb2.CreateRunRequest(config_yaml=config_text(config), run_id=run_id, request_id=request_id)
+        with open_channel(gateway.address) as channel:
+            run = gateway_pb2_grpc.GatewayServiceStub(channel).CreateRun(request, timeout=30)
+        made.add(run.id)
+        return run
+
+    yield _create
+    with TrinityClient(gateway.address) as client:
+        for run_id in made:
+            client.run(run_id).cancel("test over")
 
 
 def _events(address: str, run_id: str) -> list[gateway_pb2.RunEvent]:
@@ -39,9 +52,9 @@ def _events(address: str, run_id: str) -> list[gateway_pb2.RunEvent]:
     return events
 
 
-def test_a_repeated_request_gets_the_run_the_first_created(gateway, tmp_path, unique):
+def test_a_repeated_request_gets_the_run_the_first_created(gateway, create, tmp_path, unique):
     config = tiny_config(tmp_path / "model", name=unique)
-    first, again = _create(gateway.address, config, f"{unique}-r1"), _create(gateway.address, config, f"{unique}-r1")
+    first, again = create(config, f"{unique}-r1"), create(config, f"{unique}-r1")
     assert again.id == first.id
     with TrinityClient(gateway.address) as client:
         mine = [run.id for run in client.list_runs() if run.name == unique]
@@ -49,26 +62,26 @@ def test_a_repeated_request_gets_the_run_the_first_created(gateway, tmp_path, un
     assert [e.message for e in _events(gateway.address, first.id)].count("run accepted") == 1
 
 
-def test_a_repeated_request_with_a_run_id_gets_that_run_not_already_exists(gateway, tmp_path, unique):
+def test_a_repeated_request_with_a_run_id_gets_that_run_not_already_exists(create, tmp_path, unique):
     config = tiny_config(tmp_path / "model")
     assert (
-        _create(gateway.address, config, f"{unique}-r2", unique).id
-        == _create(gateway.address, config, f"{unique}-r2", unique).id
+        create(config, f"{unique}-r2", unique).id
+        == create(config, f"{unique}-r2", unique).id
         == unique
     )
 
 
-def test_requests_of_their_own_create_runs_of_their_own(gateway, tmp_path, unique):
+def test_requests_of_their_own_create_runs_of_their_own(create, tmp_path, unique):
     config = tiny_config(tmp_path / "model", name=unique)
-    assert _create(gateway.address, config, f"{unique}-r3").id != _create(gateway.address, config, f"{unique}-r4").id
+    assert create(config, f"{unique}-r3").id != create(config, f"{unique}-r4").id
 
 
-def test_a_request_refused_is_refused_again_not_answered_with_the_run_in_the_way(gateway, tmp_path, unique):
+def test_a_request_refused_is_refused_again_not_answered_with_the_run_in_the_way(create, tmp_path, unique):
     config = tiny_config(tmp_path / "model")
-    _create(gateway.address, config, f"{unique}-r5", unique)
+    create(config, f"{unique}-r5", unique)
     for _ in range(2):
         with pytest.raises(grpc.RpcError) as info:
-            _create(gateway.address, config, f"{unique}-r6", unique)
+            create(config, f"{unique}-r6", unique)
         assert info.value.code() == grpc.StatusCode.ALREADY_EXISTS
 
 

@@ -6,6 +6,7 @@ import secrets
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -39,17 +40,28 @@ def _wait_for_generation(gateway: GatewayClient, run_id: str, generation: int, t
     raise AssertionError(f"generation {generation} never opened")
 
 
-@pytest.fixture
-def gateway(redis_server, unique, tmp_path) -> Iterator[GatewayClient]:
-    """A live gateway with a (pending: no services) run `unique` to sync for."""
-    service = ServiceProcess("gateway", env={"TRINITY_REDIS_URL": redis_server.url}).start()
+@contextmanager
+def _gateway_with_run(redis_url: str, run_id: str, tmp_path: Path, token: str | None = None) -> Iterator[GatewayClient]:
+    """A live gateway with a (pending: no services) run `run_id` to sync for. The run is cancelled on the way out:
+    the tests share one Redis, and the gateway refuses new runs beyond its limit of pending ones."""
+    env = {"TRINITY_REDIS_URL": redis_url, **({"TRINITY_AUTH_TOKEN": token} if token else {})}
+    service = ServiceProcess("gateway", env=env).start()
     try:
-        with TrinityClient(service.address) as client:
-            client.create_run(tiny_config(tmp_path / "model"), run_id=unique)
-        with GatewayClient(service.address) as gateway:
-            yield gateway
+        with TrinityClient(service.address, token=token) as client:
+            run = client.create_run(tiny_config(tmp_path / "model"), run_id=run_id)
+            try:
+                with GatewayClient(service.address, token=token) as gateway:
+                    yield gateway
+            finally:
+                run.cancel("test over")
     finally:
         service.stop()
+
+
+@pytest.fixture
+def gateway(redis_server, unique, tmp_path) -> Iterator[GatewayClient]:
+    with _gateway_with_run(redis_server.url, unique, tmp_path) as gateway:
+        yield gateway
 
 
 def _publisher(
@@ -216,16 +228,8 @@ def test_an_fp32_explorer_receives_the_fp32_weights_unchanged(gateway, unique, t
 @pytest.fixture
 def gateway_with_token(redis_server, unique, tmp_path) -> Iterator[GatewayClient]:
     """As `gateway`, with a token: it hands every sync generation a secret."""
-    token = secrets.token_hex(16)
-    env = {"TRINITY_REDIS_URL": redis_server.url, "TRINITY_AUTH_TOKEN": token}
-    service = ServiceProcess("gateway", env=env).start()
-    try:
-        with TrinityClient(service.address, token=token) as client:
-            client.create_run(tiny_config(tmp_path / "model"), run_id=unique)
-        with GatewayClient(service.address, token=token) as gateway:
-            yield gateway
-    finally:
-        service.stop()
+    with _gateway_with_run(redis_server.url, unique, tmp_path, token=secrets.token_hex(16)) as gateway:
+        yield gateway
 
 
 def test_a_generation_with_a_member_that_fails_the_proof_is_closed_and_the_next_one_serves(
