@@ -64,11 +64,7 @@ def test_a_repeated_request_gets_the_run_the_first_created(gateway, create, tmp_
 
 def test_a_repeated_request_with_a_run_id_gets_that_run_not_already_exists(create, tmp_path, unique):
     config = tiny_config(tmp_path / "model")
-    assert (
-        create(config, f"{unique}-r2", unique).id
-        == create(config, f"{unique}-r2", unique).id
-        == unique
-    )
+    assert create(config, f"{unique}-r2", unique).id == create(config, f"{unique}-r2", unique).id == unique
 
 
 def test_requests_of_their_own_create_runs_of_their_own(create, tmp_path, unique):
