@@ -44,3 +44,21 @@ def test_an_evaluation_counts_failed_samples_as_wrong() -> None:
             "pass@2": 0.5,
         }
     )
+
+
+def step(episode: str, index: int, episode_return: float, success: bool) -> common_pb2.Experience:
+    """One step of a multi-step episode: every step carries its episode's return and whether it was won."""
+    exp = common_pb2.Experience(episode_id=episode, step_index=index, reward=episode_return, response_token_ids=[1])
+    exp.metrics["success"] = float(success)
+    return exp
+
+
+def test_a_multi_step_episode_counts_once_and_passes_when_won_whatever_its_shaped_return() -> None:
+    """A lost episode of five steps and a won one of two (its return 0.9: an invalid move's penalty) are one sample
+    each: accuracy 0.5, not the 2 of 7 steps counted per step, nor 0 from returns under the threshold."""
+    lost = [step("lost", i, -0.5, False) for i in range(5)]
+    won = [step("won", i, 0.9, True) for i in range(2)]
+    summary = summarize([lost + won])
+    assert (summary["samples"], summary["accuracy"], summary["mean_reward"]) == (2.0, 0.5, pytest.approx(0.2))
+    (result,) = task_results([common_pb2.Task(id="g/0", lease_id="0")], [lost + won])
+    assert (result.pass_rate, result.samples) == (0.5, 2)

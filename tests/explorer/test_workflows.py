@@ -221,6 +221,15 @@ def test_frozen_lake_invalid_moves_do_not_move_and_hit_max_steps(tokenizer):
     assert exps[-1].info["ended_by"] == "max_steps"
 
 
+def test_frozen_lake_invalid_moves_cost_the_configured_reward_and_a_won_episode_still_counts_as_won(tokenizer):
+    replies = iter(["I will stand still", "Right"])
+    engine = scripted(tokenizer, lambda prompt: next(replies))
+    task = make_task(map=["SG", "HF"])
+    exps = create_workflow("frozen_lake", invalid_action_reward=-0.1).run(task, engine, RolloutSettings())
+    assert [e.reward_components["step_reward"] for e in exps] == pytest.approx([-0.1, 1.0])
+    assert all(e.reward == pytest.approx(0.9) and e.metrics["success"] == 1.0 for e in exps)
+
+
 def test_frozen_lake_reads_a_custom_map_from_the_payload(tokenizer):
     task = make_task(map=["SG", "HF"])
     exps = create_workflow("frozen_lake").run(task, scripted(tokenizer, "Right"), RolloutSettings())

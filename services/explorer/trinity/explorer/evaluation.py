@@ -28,14 +28,34 @@ Group = Sequence[common_pb2.Experience]  # every sample of one task
 
 
 def passed(experience: common_pb2.Experience) -> bool:
-    return not experience.failed and experience.reward >= PASS_THRESHOLD
+    """An episode of a multi-step workflow passes when it was won (its `success` metric): its return may be shaped
+    (an invalid move's penalty) below the threshold while it still won."""
+    if experience.failed:
+        return False
+    if "success" in experience.metrics:
+        return experience.metrics["success"] >= 1.0
+    return experience.reward >= PASS_THRESHOLD
+
+
+def episodes(samples: Sequence[common_pb2.Experience]) -> list[common_pb2.Experience]:
+    """One sample per episode: a multi-step episode is one experience per step, all with its `episode_id` (and its
+    return and success), and counting each step would weigh a long lost episode above a short won one."""
+    seen: set[str] = set()
+    out = []
+    for e in samples:
+        if e.episode_id:
+            if e.episode_id in seen:
+                continue
+            seen.add(e.episode_id)
+        out.append(e)
+    return out
 
 
 def task_results(tasks: Sequence[common_pb2.Task], groups: Sequence[Group]) -> list[buffer_pb2.TaskResult]:
     """CompleteTasks results: each task's pass rate over its scored samples (-1 when none scored)."""
     results = []
     for task, group in zip(tasks, groups, strict=True):
-        scored = [e for e in group if not e.failed]
+        scored = [e for e in episodes(group) if not e.failed]
         rate = sum(passed(e) for e in scored) / len(scored) if scored else -1.0
         results.append(
             buffer_pb2.TaskResult(lease_id=task.lease_id, task_id=task.id, pass_rate=rate, samples=len(scored))
@@ -59,7 +79,8 @@ def k_values(n: int) -> list[int]:
 
 
 def summarize(groups: Sequence[Group]) -> dict[str, float]:
-    """Metrics over task groups. Failed samples count as wrong (reward 0)."""
+    """Metrics over task groups, a multi-step episode one sample. Failed samples count as wrong (reward 0)."""
+    groups = [episodes(g) for g in groups]
     samples = [e for g in groups for e in g]
     if not samples:
         return {"tasks": 0.0, "samples": 0.0}

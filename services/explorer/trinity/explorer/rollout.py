@@ -37,7 +37,7 @@ from typing import TypeVar
 from trinity.config import RunConfig
 from trinity.config.modes import RunMode
 from trinity.explorer.context import ExplorerContext
-from trinity.explorer.evaluation import evaluate, passed, task_results
+from trinity.explorer.evaluation import episodes, evaluate, passed, task_results
 from trinity.explorer.leases import LeaseKeeper
 from trinity.explorer.metrics import ENGINE_QUEUE, record_rollout
 from trinity.explorer.rollout_pool import Rollout, RolloutLimits, RolloutPool
@@ -228,7 +228,7 @@ def taskset_metrics(rollouts: Sequence[Rollout], names: Mapping[str, str]) -> di
         name = names.get(taskset, taskset)
         ok = [e for r in group for e in r.experiences if not e.failed]
         metrics[f"reward_mean/{name}"] = _mean([e.reward for e in ok])
-        metrics[f"pass_rate/{name}"] = _mean([passed(e) for e in ok])
+        metrics[f"pass_rate/{name}"] = _mean([passed(e) for e in episodes(ok)])
         metrics[f"tasks/{name}"] = float(len(group))
     return metrics
 
@@ -271,7 +271,7 @@ def _report_step(
     metrics = {
         "reward_mean": _mean([e.reward for e in ok]),
         "reward_std": statistics.pstdev([e.reward for e in ok]) if len(ok) > 1 else 0.0,
-        "pass_rate": _mean([passed(e) for e in ok]),
+        "pass_rate": _mean([passed(e) for e in episodes(ok)]),
         "response_tokens": _mean([len(e.response_token_ids) for e in experiences]),
         "failed": float(len(experiences) - len(ok)),
         "judge_fallbacks": float(sum(e.reward_components.get("judge_fallback", 0.0) for e in experiences)),

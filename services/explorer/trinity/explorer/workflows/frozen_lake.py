@@ -23,10 +23,10 @@ DEFAULT_MAP = ("SFFF", "FHFH", "FFFH", "HFFG")
 _ACTION_WORD = re.compile(r"\b(left|down|right|up)\b", re.IGNORECASE)
 _ANSWER = re.compile(r"<answer>\s*(\w+)\s*</answer>", re.IGNORECASE)
 
+# No request to reason first: at the example's 32 response tokens a small model's reasoning is cut before its move.
 INSTRUCTIONS = (
     "You are playing FrozenLake on a grid. P is you, F is frozen ice (safe), H is a hole (falling in "
-    "ends the game), G is the goal (reaching it wins). Moves: Left, Down, Right, Up. Think briefly, then "
-    "give exactly one move as <answer>Down</answer>."
+    "ends the game), G is the goal (reaching it wins). Reply with one move: Left, Down, Right or Up."
 )
 
 
@@ -97,5 +97,11 @@ class FrozenLakeEnvironment(StepEnvironment):
 
 @WORKFLOWS.register("frozen_lake")
 class FrozenLakeWorkflow(MultiStepWorkflow):
-    def __init__(self, max_steps: int = 20, gamma: float = 1.0) -> None:
-        super().__init__(environment="frozen_lake", max_steps=max_steps, gamma=gamma)
+    """`multi_step` on FrozenLake; `invalid_action_reward` (e.g. -0.1) is the step reward of a reply with no move."""
+
+    def __init__(self, max_steps: int = 20, gamma: float = 1.0, invalid_action_reward: float = 0.0) -> None:
+        super().__init__(
+            environment=lambda task: FrozenLakeEnvironment(task, invalid_action_reward=invalid_action_reward),
+            max_steps=max_steps,
+            gamma=gamma,
+        )

@@ -123,12 +123,17 @@ class ScienceWorldEnvironment(StepEnvironment):
 
 @WORKFLOWS.register("scienceworld")
 class ScienceWorldWorkflow(MultiStepWorkflow):
-    """`multi_step` on ScienceWorld; `max_listed_actions` bounds the valid actions an observation lists."""
+    """`multi_step` on ScienceWorld; `max_listed_actions` bounds the valid actions an observation lists;
+    `invalid_action_reward` is the step reward of an action the world does not accept."""
 
-    def __init__(self, max_steps: int = 20, gamma: float = 1.0, max_listed_actions: int = 50) -> None:
+    def __init__(
+        self, max_steps: int = 20, gamma: float = 1.0, max_listed_actions: int = 50, invalid_action_reward: float = 0.0
+    ) -> None:
         needs_package("scienceworld", "text-games", "the scienceworld workflow")
         super().__init__(
-            environment=lambda task: ScienceWorldEnvironment(task, max_listed_actions=max_listed_actions),
+            environment=lambda task: ScienceWorldEnvironment(
+                task, max_listed_actions=max_listed_actions, invalid_action_reward=invalid_action_reward
+            ),
             max_steps=max_steps,
             gamma=gamma,
         )

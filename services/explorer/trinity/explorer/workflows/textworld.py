@@ -217,12 +217,17 @@ class TextWorldEnvironment(StepEnvironment):
 
 @WORKFLOWS.register("textworld")
 class TextWorldWorkflow(MultiStepWorkflow):
-    """`multi_step` on TextWorld games; `games_dir` is where generated games are compiled and cached."""
+    """`multi_step` on TextWorld games; `games_dir` is where generated games are compiled and cached;
+    `invalid_action_reward` is the step reward of a command the game does not understand."""
 
-    def __init__(self, max_steps: int = 20, gamma: float = 1.0, games_dir: str = "") -> None:
+    def __init__(
+        self, max_steps: int = 20, gamma: float = 1.0, games_dir: str = "", invalid_action_reward: float = 0.0
+    ) -> None:
         needs_package("textworld", "text-games", "the textworld workflow")
         super().__init__(
-            environment=lambda task: TextWorldEnvironment(task, games_dir=games_dir),
+            environment=lambda task: TextWorldEnvironment(
+                task, games_dir=games_dir, invalid_action_reward=invalid_action_reward
+            ),
             max_steps=max_steps,
             gamma=gamma,
         )
