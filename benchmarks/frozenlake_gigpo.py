@@ -2,7 +2,7 @@
 
 `python -m benchmarks.frozenlake_gigpo` trains SmolLM2-135M-Instruct on generated 2x2 FrozenLake maps (every
 episode of a task starts in the same state, and later states repeat across its episodes), evaluates held-out maps
-at versions 0, 4 and 8, and writes benchmarks/results/frozenlake_gigpo.json: each preset's held-out success curve
+(episode success rate) at versions 0, 4, 8 and 12, and writes benchmarks/results/frozenlake_gigpo.json: each preset's held-out success curve
 and, per train step, the mean reward and `advantage/within_episode_std`, the spread of the advantages of one
 episode's steps: 0 when every step gets its episode's score (multi-step GRPO), above 0 when GiGPO's step-level
 term tells steps taken from the same state apart.
@@ -36,14 +36,12 @@ def write_maps(path: Path, seeds: range) -> Path:
 
 
 def frozenlake_with(preset: str, data: Path) -> RunConfig:
-    """examples/frozenlake as it ships, on `MAP_SIZE` maps (64 to train on, 8 held out, 4 episodes each), with
-    `preset`."""
+    """examples/frozenlake as it ships, on `MAP_SIZE` maps (64 to train on, 16 held out), with `preset`."""
     config = json.loads(load_run_config(EXAMPLE).model_dump_json())
     config["name"] = f"frozenlake-{preset}"
     config["algorithm"]["algorithm_type"] = preset
     config["buffer"]["taskset"]["path"] = str(write_maps(data / "train.jsonl", range(64)))
-    config["buffer"]["eval_tasksets"][0]["path"] = str(write_maps(data / "eval.jsonl", range(1000, 1008)))
-    config["explorer"]["eval_repeat_times"] = 4
+    config["buffer"]["eval_tasksets"][0]["path"] = str(write_maps(data / "eval.jsonl", range(1000, 1016)))
     return RunConfig.model_validate(config)
 
 

@@ -57,7 +57,12 @@ def test_multi_step_frozen_lake_with_gigpo(tiny_model, tmp_path):
     config = example_config(
         "frozenlake",
         tiny_model,
-        **{"explorer.workflow_options": {"max_steps": 2}, "model.max_response_tokens": 8},
+        **{
+            "explorer.workflow_options": {"max_steps": 2},
+            "model.max_response_tokens": 8,
+            "algorithm.repeat_times": 4,
+            "buffer.train_batch_size": 16,
+        },
     )
     summary = _run(config, tmp_path)
     assert summary["state"] == "RUN_STATE_SUCCEEDED"

@@ -116,17 +116,23 @@ class AgentScopeWorkflowOptions(_Section):
     episode_timeout_s: float = Field(default=300.0, gt=0, description="an episode running longer is marked failed")
 
 
-class FrozenLakeWorkflowOptions(_Section):
-    """`workflow_options` of `frozen_lake`: one experience per step of a FrozenLake episode."""
-
+class _StepOptions(_Section):
     max_steps: int = Field(default=20, ge=1, description="steps per episode at most")
     gamma: float = Field(default=1.0, ge=0, le=1, description="discount of the per-step return-to-go")
 
 
-class MultiStepWorkflowOptions(FrozenLakeWorkflowOptions):
+class MultiStepWorkflowOptions(_StepOptions):
     """`workflow_options` of `multi_step`: one experience per step of a registered step environment."""
 
     environment: StepEnvironmentName = Field(default="frozen_lake", description="registered step environment")
+
+
+class FrozenLakeWorkflowOptions(_StepOptions):
+    """`workflow_options` of `frozen_lake`: one experience per step of a FrozenLake episode."""
+
+    invalid_action_reward: float = Field(
+        default=0.0, le=0, description="step reward of a reply that is no valid action (e.g. -0.1 teaches the format)"
+    )
 
 
 class TextWorldWorkflowOptions(FrozenLakeWorkflowOptions):
