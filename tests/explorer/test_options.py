@@ -40,7 +40,9 @@ def test_the_workflow_picks_the_shape_of_its_options():
 
 def test_an_unknown_workflow_option_names_the_workflow_and_its_fields():
     with pytest.raises(
-        ConfigError, match=r"max_turns: unknown field \(for workflow 'frozen_lake'; its fields: max_steps, gamma\)"
+        ConfigError,
+        match=r"max_turns: unknown field \(for workflow 'frozen_lake'; "
+        r"its fields: max_steps, gamma, invalid_action_reward\)",
     ):
         parse_run_config(BENCH + "explorer: {workflow: frozen_lake, workflow_options: {max_turns: 3}}")
 
