@@ -2,10 +2,10 @@
 
 `python -m benchmarks.frozenlake_gigpo` trains SmolLM2-135M-Instruct on generated 2x2 FrozenLake maps (every
 episode of a task starts in the same state, and later states repeat across its episodes), evaluates held-out maps
-(episode success rate) at versions 0, 4, 8 and 12, and writes benchmarks/results/frozenlake_gigpo.json: each preset's held-out success curve
-and, per train step, the mean reward and `advantage/within_episode_std`, the spread of the advantages of one
-episode's steps: 0 when every step gets its episode's score (multi-step GRPO), above 0 when GiGPO's step-level
-term tells steps taken from the same state apart.
+(the share of episodes won) at the start, every 4 versions or so and at the end, and writes
+benchmarks/results/frozenlake_gigpo.json: each preset's held-out success curve and, per train step, the mean reward
+and `advantage/within_episode_std`, the spread of the advantages of one episode's steps: 0 when every step gets its
+episode's score (multi-step GRPO), above 0 when GiGPO's step-level term tells steps taken from the same state apart.
 """
 
 from __future__ import annotations
