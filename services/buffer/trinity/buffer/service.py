@@ -283,6 +283,12 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
         return buffer_pb2.NackExperiencesResponse(requeued=requeued)
 
     @grpc_errors
+    def RenewExperiences(self, request: buffer_pb2.RenewExperiencesRequest, context: grpc.ServicerContext) -> Any:
+        stream = self.store.stream(require(request.stream, "stream"))
+        renewed = stream.renew(require(request.consumer, "consumer"), _entry_ids(request.entry_ids))
+        return buffer_pb2.RenewExperiencesResponse(renewed=renewed)
+
+    @grpc_errors
     def TrimStream(self, request: buffer_pb2.TrimStreamRequest, context: grpc.ServicerContext) -> Any:
         stream = self.store.stream(require(request.stream, "stream"))
         return buffer_pb2.TrimStreamResponse(removed=stream.trim())

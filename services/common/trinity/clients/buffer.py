@@ -163,6 +163,11 @@ class BufferClient:
         )
         return int(self._call("NackExperiences", request).requeued)
 
+    def renew(self, stream: str, consumer: str, entry_ids: Sequence[str]) -> int:
+        """Keep entries `consumer` holds from being reclaimed for another claim_idle_ms; how many it still held."""
+        request = buffer_pb2.RenewExperiencesRequest(stream=stream, consumer=consumer, entry_ids=entry_ids)
+        return int(self._call("RenewExperiences", request).renewed)
+
     def trim(self, stream: str) -> int:
         return int(self._call("TrimStream", buffer_pb2.TrimStreamRequest(stream=stream)).removed)
 

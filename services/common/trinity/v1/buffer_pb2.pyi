@@ -520,6 +520,22 @@ class NackExperiencesResponse(_message.Message):
     dead_lettered: int
     def __init__(self, requeued: _Optional[int] = ..., dead_lettered: _Optional[int] = ...) -> None: ...
 
+class RenewExperiencesRequest(_message.Message):
+    __slots__ = ("stream", "consumer", "entry_ids")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_IDS_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    consumer: str
+    entry_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, stream: _Optional[str] = ..., consumer: _Optional[str] = ..., entry_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RenewExperiencesResponse(_message.Message):
+    __slots__ = ("renewed",)
+    RENEWED_FIELD_NUMBER: _ClassVar[int]
+    renewed: int
+    def __init__(self, renewed: _Optional[int] = ...) -> None: ...
+
 class TrimStreamRequest(_message.Message):
     __slots__ = ("stream",)
     STREAM_FIELD_NUMBER: _ClassVar[int]

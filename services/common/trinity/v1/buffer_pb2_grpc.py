@@ -120,6 +120,11 @@ class BufferServiceStub:
                 request_serializer=trinity_dot_v1_dot_buffer__pb2.NackExperiencesRequest.SerializeToString,
                 response_deserializer=trinity_dot_v1_dot_buffer__pb2.NackExperiencesResponse.FromString,
                 _registered_method=True)
+        self.RenewExperiences = channel.unary_unary(
+                '/trinity.v1.BufferService/RenewExperiences',
+                request_serializer=trinity_dot_v1_dot_buffer__pb2.RenewExperiencesRequest.SerializeToString,
+                response_deserializer=trinity_dot_v1_dot_buffer__pb2.RenewExperiencesResponse.FromString,
+                _registered_method=True)
         self.TrimStream = channel.unary_unary(
                 '/trinity.v1.BufferService/TrimStream',
                 request_serializer=trinity_dot_v1_dot_buffer__pb2.TrimStreamRequest.SerializeToString,
@@ -264,6 +269,14 @@ class BufferServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RenewExperiences(self, request, context):
+        """Keeps entries a consumer holds (trained, acknowledged at its next checkpoint) from being reclaimed for another
+        claim_idle_ms, as RenewTaskLeases keeps leased tasks.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def TrimStream(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -386,6 +399,11 @@ def add_BufferServiceServicer_to_server(servicer, server):
                     servicer.NackExperiences,
                     request_deserializer=trinity_dot_v1_dot_buffer__pb2.NackExperiencesRequest.FromString,
                     response_serializer=trinity_dot_v1_dot_buffer__pb2.NackExperiencesResponse.SerializeToString,
+            ),
+            'RenewExperiences': grpc.unary_unary_rpc_method_handler(
+                    servicer.RenewExperiences,
+                    request_deserializer=trinity_dot_v1_dot_buffer__pb2.RenewExperiencesRequest.FromString,
+                    response_serializer=trinity_dot_v1_dot_buffer__pb2.RenewExperiencesResponse.SerializeToString,
             ),
             'TrimStream': grpc.unary_unary_rpc_method_handler(
                     servicer.TrimStream,
@@ -872,6 +890,33 @@ class BufferService:
             '/trinity.v1.BufferService/NackExperiences',
             trinity_dot_v1_dot_buffer__pb2.NackExperiencesRequest.SerializeToString,
             trinity_dot_v1_dot_buffer__pb2.NackExperiencesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RenewExperiences(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trinity.v1.BufferService/RenewExperiences',
+            trinity_dot_v1_dot_buffer__pb2.RenewExperiencesRequest.SerializeToString,
+            trinity_dot_v1_dot_buffer__pb2.RenewExperiencesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -340,6 +340,15 @@ class TrainerRunner(ReportingRunner):
         if checkpoint:
             backend.save_checkpoint()
         elif interval and self.step % interval:
-            return  # acknowledged with the next checkpoint
+            self._renew()  # acknowledged with the next checkpoint
+            return
         self._ack(self._unacked)
         self._unacked = {}
+
+    def _renew(self) -> None:
+        """Keep the trained, not yet acknowledged entries this trainer holds from being reclaimed: steps slower than
+        `claim_idle_ms / save_interval` would otherwise see them redelivered before the checkpoint acknowledges them."""
+        for stream, ids in self._unacked.items():
+            held = self.buffer.renew(stream, self.instance_id, ids)
+            if held < len(ids):  # reclaimed by another consumer meanwhile: it may train them too
+                log.warning("trainer.entries_reclaimed", run_id=self.run_id, stream=stream, lost=len(ids) - held)

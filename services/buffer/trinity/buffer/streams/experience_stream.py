@@ -347,6 +347,13 @@ class ExperienceStream:
         )
         return len(claimed)
 
+    def renew(self, consumer: str, entry_ids: Sequence[str]) -> int:
+        """Keep the entries `consumer` holds (delivered, not yet acknowledged) from being reclaimed for another
+        `claim_idle_ms`; those it no longer holds are left alone. How many it still held."""
+        if not entry_ids or self.config.priority_replay.enabled:
+            return 0
+        return int(self.client.eval(scripts.RENEW, 1, self.keys.stream, self.config.group, consumer, *entry_ids))
+
     def pending_of(self, consumer: str, page: int = 1000) -> list[str]:
         """Every entry id delivered to `consumer` and not yet acknowledged (its pending entries list)."""
         ids: list[str] = []

@@ -123,6 +123,22 @@ if acked > 0 then redis.call('HINCRBY', KEYS[2], 'acked', acked) end
 return acked
 """
 
+# Reset the idle time of entries a consumer still holds, so that no read reclaims them for another claim_idle_ms;
+# an entry it no longer holds (acknowledged, or reclaimed by another consumer) is left alone, never taken back.
+# JUSTID leaves the delivery counter as it is.
+# KEYS: stream   ARGV: group, consumer, ids...   Returns how many were renewed
+RENEW = """
+local renewed = 0
+for i = 3, #ARGV do
+  local held = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1, ARGV[2])
+  if #held == 1 then
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')
+    renewed = renewed + 1
+  end
+end
+return renewed
+"""
+
 # Priority replay: take the highest-priority entries, count a use, re-score or retire them.
 # KEYS: stream, priority, uses, stats   ARGV: count, decay, use_limit, min_version
 # Returns {{entry_id, uses, fields}*, stale}
