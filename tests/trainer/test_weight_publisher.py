@@ -154,6 +154,33 @@ def test_a_publish_reads_the_weights_once_and_reports_their_digest_and_placement
     assert [(m.instance_id, m.host_id) for m in members] == [("trainer-0", host_id()), ("explorer-a", "elsewhere/1")]
 
 
+def test_a_publish_after_the_membership_changed_goes_to_the_next_generation(gateway, unique, tmp_path):
+    """The gateway closes the generation when an explorer joins or leaves the run (ScaleRun) or is lost; the next
+    publish opens the next generation, with the members the run has then, before it announces its version, whether
+    or not the trainer's reads noticed."""
+    weights = {"model.embed_tokens.weight": torch.randn(64, 8)}
+    publisher = _publisher(gateway, unique, tmp_path)
+    trainer = threading.Thread(target=publisher.open, daemon=True)
+    trainer.start()
+    _wait_for_generation(gateway, unique, 1)
+    gateway.join_sync_group(unique, "explorer-a", False)
+    trainer.join(timeout=30)
+    assert publisher.publish(1, weights.items)["sync_generation"] == 1
+
+    gateway.report_sync_failure(unique, 1, "gateway", "membership changed")  # closes generation 1, as a change does
+    published: dict[str, float] = {}
+    trainer = threading.Thread(target=lambda: published.update(publisher.publish(2, weights.items)), daemon=True)
+    trainer.start()
+    _wait_for_generation(gateway, unique, 2)
+    gateway.join_sync_group(unique, "explorer-b", False)
+    trainer.join(timeout=30)
+    publisher.close()
+
+    assert published["sync_generation"] == 2 and published["sync_attempts"] == 1
+    group = gateway.sync_group(unique)
+    assert group.announced_version == 2 and [m.instance_id for m in group.members] == ["trainer-0", "explorer-b"]
+
+
 def _tiny_policy() -> torch.nn.Module:
     """A real (random) Llama whose every tensor is a multiple of 128 bytes in bf16: no alignment padding."""
     from transformers import LlamaConfig, LlamaForCausalLM

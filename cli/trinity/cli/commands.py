@@ -257,8 +257,14 @@ def cmd_runs(args: argparse.Namespace) -> int:
         if not args.run_id:
             print(f"trinity runs {args.action}: give a run id", file=sys.stderr)
             return 2
+        if args.action == "scale" and args.explorers is None:
+            print("trinity runs scale: give --explorers N (1 or more)", file=sys.stderr)
+            return 2
         handle = client.run(args.run_id)
-        run = handle.cancel() if args.action == "cancel" else handle.status()
+        if args.action == "scale":
+            run = handle.scale(args.explorers)
+        else:
+            run = handle.cancel() if args.action == "cancel" else handle.status()
         from google.protobuf import json_format
 
         record = json_format.MessageToDict(run, preserving_proto_field_name=True)
@@ -292,6 +298,16 @@ def _port(text: str) -> int:
     return port
 
 
+def _explorer_count(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of explorers: {text!r}") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {count}")
+    return count
+
+
 def add_commands(commands: Any) -> None:
     run = commands.add_parser("run", help="run everything locally: redis, the four services, one run")
     run.add_argument("--config", required=True, help="run config (YAML)")
@@ -309,9 +325,12 @@ def add_commands(commands: Any) -> None:
     submit.add_argument("--follow", action="store_true", help="print events until the run ends")
     submit.set_defaults(handler=cmd_submit)
 
-    runs = commands.add_parser("runs", help="list runs, show one, or cancel one")
-    runs.add_argument("action", choices=["list", "status", "cancel"])
+    runs = commands.add_parser("runs", help="list runs, show one, cancel one, or scale its explorers")
+    runs.add_argument("action", choices=["list", "status", "cancel", "scale"])
     runs.add_argument("run_id", nargs="?", default="")
+    runs.add_argument(
+        "--explorers", type=_explorer_count, default=None, metavar="N", help="scale: explorers the run should use"
+    )
     runs.add_argument("--gateway", default="127.0.0.1:50051")
     runs.set_defaults(handler=cmd_runs)
 

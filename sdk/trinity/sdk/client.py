@@ -124,6 +124,10 @@ class RunHandle:
     def cancel(self, reason: str = "cancelled by user") -> gateway_pb2.Run:
         return self.client._call("CancelRun", gateway_pb2.CancelRunRequest(run_id=self.id, reason=reason))
 
+    def scale(self, explorers: int) -> gateway_pb2.Run:
+        """Have the live run use `explorers` explorers (TrinityClient.scale_run)."""
+        return self.client.scale_run(self.id, explorers)
+
     def steer(
         self,
         *,
@@ -185,6 +189,13 @@ class TrinityClient:
     def list_runs(self) -> list[gateway_pb2.Run]:
         return list(self._call("ListRuns", gateway_pb2.ListRunsRequest()).runs)
 
+    def scale_run(self, run_id: str, explorers: int) -> gateway_pb2.Run:
+        """Have a RUNNING run use `explorers` explorers from now on (`Run.explorers`): the gateway starts free explorer
+        instances on it, or asks the surplus to finish their rollout batch and leave; each change is a run event.
+        InvalidRequest for a count out of bounds (naming `explorers`), RunNotFound, RunConflict when the run is not
+        running or its stage has no explorers."""
+        return self._call("ScaleRun", gateway_pb2.ScaleRunRequest(run_id=run_id, explorers=explorers))
+
     def steer_run(
         self,
         run_id: str,
@@ -243,6 +254,11 @@ class AsyncRunHandle:
 
     async def cancel(self, reason: str = "cancelled by user") -> gateway_pb2.Run:
         return await self.client._call("CancelRun", gateway_pb2.CancelRunRequest(run_id=self.id, reason=reason))
+
+    async def scale(self, explorers: int) -> gateway_pb2.Run:
+        """Have the live run use `explorers` explorers (TrinityClient.scale_run)."""
+        request = gateway_pb2.ScaleRunRequest(run_id=self.id, explorers=explorers)
+        return await self.client._call("ScaleRun", request)
 
     async def spans(self, since_step: int = 0) -> list[gateway_pb2.Span]:
         """The run's timeline from step `since_step` on (TrinityClient.spans)."""

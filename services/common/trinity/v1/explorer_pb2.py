@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from trinity.v1 import common_pb2 as trinity_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19trinity/v1/explorer.proto\x12\ntrinity.v1\x1a\x17trinity/v1/common.proto\"\x94\x01\n\x0fStartRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x13\n\x0b\x63onfig_json\x18\x02 \x01(\t\x12\x16\n\x0e\x62uffer_address\x18\x03 \x01(\t\x12\x17\n\x0fgateway_address\x18\x04 \x01(\t\x12\r\n\x05stage\x18\x05 \x01(\x05\x12\x1c\n\x14resume_model_version\x18\x06 \x01(\x03\"X\n\x0eStopRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x02 \x01(\t\x12&\n\x06reason\x18\x03 \x01(\x0e\x32\x16.trinity.v1.StopReason\"\xac\x01\n\x0fGenerateRequest\x12\x0e\n\x06prompt\x18\x01 \x01(\t\x12)\n\x08messages\x18\x02 \x03(\x0b\x32\x17.trinity.v1.ChatMessage\x12\t\n\x01n\x18\x03 \x01(\x05\x12\x13\n\x0btemperature\x18\x04 \x01(\x01\x12\r\n\x05top_p\x18\x05 \x01(\x01\x12\r\n\x05top_k\x18\x06 \x01(\x05\x12\x12\n\nmax_tokens\x18\x07 \x01(\x05\x12\x0c\n\x04stop\x18\x08 \x03(\t\"[\n\x0fGeneratedSample\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x10\n\x08logprobs\x18\x03 \x03(\x02\x12\x15\n\rfinish_reason\x18\x04 \x01(\t\"q\n\x10GenerateResponse\x12\x18\n\x10prompt_token_ids\x18\x01 \x03(\x05\x12,\n\x07samples\x18\x02 \x03(\x0b\x32\x1b.trinity.v1.GeneratedSample\x12\x15\n\rmodel_version\x18\x03 \x01(\x03*\xba\x01\n\nStopReason\x12\x1b\n\x17STOP_REASON_UNSPECIFIED\x10\x00\x12!\n\x1dSTOP_REASON_TRAINING_FINISHED\x10\x01\x12\x1f\n\x1bSTOP_REASON_INPUT_EXHAUSTED\x10\x02\x12\x19\n\x15STOP_REASON_CANCELLED\x10\x03\x12\x16\n\x12STOP_REASON_FAILED\x10\x04\x12\x18\n\x14STOP_REASON_SHUTDOWN\x10\x05\x32\xe2\x02\n\x0f\x45xplorerService\x12\x42\n\x08StartRun\x12\x1b.trinity.v1.StartRunRequest\x1a\x19.trinity.v1.ServiceStatus\x12@\n\x07StopRun\x12\x1a.trinity.v1.StopRunRequest\x1a\x19.trinity.v1.ServiceStatus\x12\x45\n\x08Generate\x12\x1b.trinity.v1.GenerateRequest\x1a\x1c.trinity.v1.GenerateResponse\x12<\n\x05Steer\x12\x18.trinity.v1.SteerRequest\x1a\x19.trinity.v1.SteerResponse\x12\x44\n\tGetStatus\x12\x1c.trinity.v1.GetStatusRequest\x1a\x19.trinity.v1.ServiceStatusb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19trinity/v1/explorer.proto\x12\ntrinity.v1\x1a\x17trinity/v1/common.proto\"\x94\x01\n\x0fStartRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x13\n\x0b\x63onfig_json\x18\x02 \x01(\t\x12\x16\n\x0e\x62uffer_address\x18\x03 \x01(\t\x12\x17\n\x0fgateway_address\x18\x04 \x01(\t\x12\r\n\x05stage\x18\x05 \x01(\x05\x12\x1c\n\x14resume_model_version\x18\x06 \x01(\x03\"X\n\x0eStopRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x02 \x01(\t\x12&\n\x06reason\x18\x03 \x01(\x0e\x32\x16.trinity.v1.StopReason\"\xac\x01\n\x0fGenerateRequest\x12\x0e\n\x06prompt\x18\x01 \x01(\t\x12)\n\x08messages\x18\x02 \x03(\x0b\x32\x17.trinity.v1.ChatMessage\x12\t\n\x01n\x18\x03 \x01(\x05\x12\x13\n\x0btemperature\x18\x04 \x01(\x01\x12\r\n\x05top_p\x18\x05 \x01(\x01\x12\r\n\x05top_k\x18\x06 \x01(\x05\x12\x12\n\nmax_tokens\x18\x07 \x01(\x05\x12\x0c\n\x04stop\x18\x08 \x03(\t\"[\n\x0fGeneratedSample\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x10\n\x08logprobs\x18\x03 \x03(\x02\x12\x15\n\rfinish_reason\x18\x04 \x01(\t\"q\n\x10GenerateResponse\x12\x18\n\x10prompt_token_ids\x18\x01 \x03(\x05\x12,\n\x07samples\x18\x02 \x03(\x0b\x32\x1b.trinity.v1.GeneratedSample\x12\x15\n\rmodel_version\x18\x03 \x01(\x03*\xd7\x01\n\nStopReason\x12\x1b\n\x17STOP_REASON_UNSPECIFIED\x10\x00\x12!\n\x1dSTOP_REASON_TRAINING_FINISHED\x10\x01\x12\x1f\n\x1bSTOP_REASON_INPUT_EXHAUSTED\x10\x02\x12\x19\n\x15STOP_REASON_CANCELLED\x10\x03\x12\x16\n\x12STOP_REASON_FAILED\x10\x04\x12\x18\n\x14STOP_REASON_SHUTDOWN\x10\x05\x12\x1b\n\x17STOP_REASON_SCALED_DOWN\x10\x06\x32\xe2\x02\n\x0f\x45xplorerService\x12\x42\n\x08StartRun\x12\x1b.trinity.v1.StartRunRequest\x1a\x19.trinity.v1.ServiceStatus\x12@\n\x07StopRun\x12\x1a.trinity.v1.StopRunRequest\x1a\x19.trinity.v1.ServiceStatus\x12\x45\n\x08Generate\x12\x1b.trinity.v1.GenerateRequest\x1a\x1c.trinity.v1.GenerateResponse\x12<\n\x05Steer\x12\x18.trinity.v1.SteerRequest\x1a\x19.trinity.v1.SteerResponse\x12\x44\n\tGetStatus\x12\x1c.trinity.v1.GetStatusRequest\x1a\x19.trinity.v1.ServiceStatusb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,7 +33,7 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'trinity.v1.explorer_pb2', _
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_STOPREASON']._serialized_start=691
-  _globals['_STOPREASON']._serialized_end=877
+  _globals['_STOPREASON']._serialized_end=906
   _globals['_STARTRUNREQUEST']._serialized_start=67
   _globals['_STARTRUNREQUEST']._serialized_end=215
   _globals['_STOPRUNREQUEST']._serialized_start=217
@@ -44,6 +44,6 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GENERATEDSAMPLE']._serialized_end=573
   _globals['_GENERATERESPONSE']._serialized_start=575
   _globals['_GENERATERESPONSE']._serialized_end=688
-  _globals['_EXPLORERSERVICE']._serialized_start=880
-  _globals['_EXPLORERSERVICE']._serialized_end=1234
+  _globals['_EXPLORERSERVICE']._serialized_start=909
+  _globals['_EXPLORERSERVICE']._serialized_end=1263
 # @@protoc_insertion_point(module_scope)

@@ -96,7 +96,7 @@ PHASE_PUBLISH_WEIGHTS: Phase
 PHASE_EXPORT: Phase
 
 class Run(_message.Message):
-    __slots__ = ("id", "name", "state", "config_json", "created_unix_ms", "updated_unix_ms", "error", "train_step", "explore_step", "model_version", "stage", "latest_metrics", "assignments", "finished", "final_model_path", "lost_unix_ms")
+    __slots__ = ("id", "name", "state", "config_json", "created_unix_ms", "updated_unix_ms", "error", "train_step", "explore_step", "model_version", "stage", "latest_metrics", "assignments", "finished", "final_model_path", "lost_unix_ms", "explorers", "leaving")
     class LatestMetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -134,6 +134,8 @@ class Run(_message.Message):
     FINISHED_FIELD_NUMBER: _ClassVar[int]
     FINAL_MODEL_PATH_FIELD_NUMBER: _ClassVar[int]
     LOST_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    EXPLORERS_FIELD_NUMBER: _ClassVar[int]
+    LEAVING_FIELD_NUMBER: _ClassVar[int]
     id: str
     name: str
     state: RunState
@@ -150,7 +152,9 @@ class Run(_message.Message):
     finished: _containers.RepeatedScalarFieldContainer[str]
     final_model_path: str
     lost_unix_ms: _containers.ScalarMap[str, int]
-    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., config_json: _Optional[str] = ..., created_unix_ms: _Optional[int] = ..., updated_unix_ms: _Optional[int] = ..., error: _Optional[str] = ..., train_step: _Optional[int] = ..., explore_step: _Optional[int] = ..., model_version: _Optional[int] = ..., stage: _Optional[int] = ..., latest_metrics: _Optional[_Mapping[str, float]] = ..., assignments: _Optional[_Mapping[str, str]] = ..., finished: _Optional[_Iterable[str]] = ..., final_model_path: _Optional[str] = ..., lost_unix_ms: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    explorers: int
+    leaving: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., config_json: _Optional[str] = ..., created_unix_ms: _Optional[int] = ..., updated_unix_ms: _Optional[int] = ..., error: _Optional[str] = ..., train_step: _Optional[int] = ..., explore_step: _Optional[int] = ..., model_version: _Optional[int] = ..., stage: _Optional[int] = ..., latest_metrics: _Optional[_Mapping[str, float]] = ..., assignments: _Optional[_Mapping[str, str]] = ..., finished: _Optional[_Iterable[str]] = ..., final_model_path: _Optional[str] = ..., lost_unix_ms: _Optional[_Mapping[str, int]] = ..., explorers: _Optional[int] = ..., leaving: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CreateRunRequest(_message.Message):
     __slots__ = ("config_yaml", "run_id", "request_id")
@@ -185,6 +189,14 @@ class CancelRunRequest(_message.Message):
     run_id: str
     reason: str
     def __init__(self, run_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ScaleRunRequest(_message.Message):
+    __slots__ = ("run_id", "explorers")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    EXPLORERS_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    explorers: int
+    def __init__(self, run_id: _Optional[str] = ..., explorers: _Optional[int] = ...) -> None: ...
 
 class Span(_message.Message):
     __slots__ = ("phase", "source", "stage", "step", "model_version", "start_unix_ms", "end_unix_ms", "detail")

@@ -75,6 +75,11 @@ class GatewayServiceStub:
                 request_serializer=trinity_dot_v1_dot_gateway__pb2.GetRunSpansRequest.SerializeToString,
                 response_deserializer=trinity_dot_v1_dot_gateway__pb2.GetRunSpansResponse.FromString,
                 _registered_method=True)
+        self.ScaleRun = channel.unary_unary(
+                '/trinity.v1.GatewayService/ScaleRun',
+                request_serializer=trinity_dot_v1_dot_gateway__pb2.ScaleRunRequest.SerializeToString,
+                response_deserializer=trinity_dot_v1_dot_gateway__pb2.Run.FromString,
+                _registered_method=True)
         self.Register = channel.unary_unary(
                 '/trinity.v1.GatewayService/Register',
                 request_serializer=trinity_dot_v1_dot_gateway__pb2.RegisterRequest.SerializeToString,
@@ -179,6 +184,14 @@ class GatewayServiceServicer:
 
     def GetRunSpans(self, request, context):
         """A run's timeline: the spans its services reported (RunEvent.spans), from `since_step` on.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ScaleRun(self, request, context):
+        """Sets how many explorers a RUNNING run wants (`Run.explorers`): the monitor starts free explorer instances on it
+        (each joins a new sync generation) or asks the surplus to leave (each finishes its rollout batch, then goes).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -293,6 +306,11 @@ def add_GatewayServiceServicer_to_server(servicer, server):
                     servicer.GetRunSpans,
                     request_deserializer=trinity_dot_v1_dot_gateway__pb2.GetRunSpansRequest.FromString,
                     response_serializer=trinity_dot_v1_dot_gateway__pb2.GetRunSpansResponse.SerializeToString,
+            ),
+            'ScaleRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.ScaleRun,
+                    request_deserializer=trinity_dot_v1_dot_gateway__pb2.ScaleRunRequest.FromString,
+                    response_serializer=trinity_dot_v1_dot_gateway__pb2.Run.SerializeToString,
             ),
             'Register': grpc.unary_unary_rpc_method_handler(
                     servicer.Register,
@@ -561,6 +579,33 @@ class GatewayService:
             '/trinity.v1.GatewayService/GetRunSpans',
             trinity_dot_v1_dot_gateway__pb2.GetRunSpansRequest.SerializeToString,
             trinity_dot_v1_dot_gateway__pb2.GetRunSpansResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ScaleRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trinity.v1.GatewayService/ScaleRun',
+            trinity_dot_v1_dot_gateway__pb2.ScaleRunRequest.SerializeToString,
+            trinity_dot_v1_dot_gateway__pb2.Run.FromString,
             options,
             channel_credentials,
             insecure,

@@ -29,7 +29,12 @@ from trinity.v1 import explorer_pb2, gateway_pb2
 log = get_logger(__name__)
 
 Mode = Callable[[ExplorerContext], str]  # runs the mode; returns the `finished` event's message
-ABANDON = (explorer_pb2.STOP_REASON_CANCELLED, explorer_pb2.STOP_REASON_FAILED, explorer_pb2.STOP_REASON_SHUTDOWN)
+# Reasons to leave the run mid-way, which goes on elsewhere: the leased tasks go back, the run does not end here.
+LEAVE = {
+    explorer_pb2.STOP_REASON_SHUTDOWN: "explorer shutting down",
+    explorer_pb2.STOP_REASON_SCALED_DOWN: "explorer leaving: the run wants fewer explorers",
+}
+ABANDON = (explorer_pb2.STOP_REASON_CANCELLED, explorer_pb2.STOP_REASON_FAILED, *LEAVE)
 MODES: dict[RunMode, Mode] = {
     RunMode.BOTH: rollout.run,
     RunMode.EXPLORE: rollout.run,
@@ -109,7 +114,7 @@ class ExplorerRunner:
         self.state = "starting"
         self.finish_message = ""
         self._stop = threading.Event()
-        self._leaving = False  # stopping because this process shuts down: the run goes on elsewhere
+        self._leaving = ""  # why it leaves a run that goes on elsewhere (LEAVE): shutting down, or scaled down
         self._abandon = threading.Event()  # stopping with no wrap-up (see ExplorerContext.abandoned)
         self._training_finished = threading.Event()  # serving on past the last step (see ExplorerContext)
         self._thread = threading.Thread(target=self._main, name=f"explorer-{run_id}", daemon=True)
@@ -122,7 +127,7 @@ class ExplorerRunner:
         if reason == explorer_pb2.STOP_REASON_TRAINING_FINISHED and self.config.explorer.keep_serving_after_last_step:
             self._training_finished.set()  # the endpoint serves on until the run is stopped
             return
-        self._leaving = reason == explorer_pb2.STOP_REASON_SHUTDOWN
+        self._leaving = self._leaving or LEAVE.get(reason, "")  # a later stop does not take a departure back
         if reason in ABANDON:
             self._abandon.set()
         self._stop.set()
@@ -153,7 +158,7 @@ class ExplorerRunner:
             self.finish_message = self._run()
             if self._leaving:  # its leased tasks go back to the queue; a replacement takes its place
                 self.state = "stopped"
-                self._report_end(gateway_pb2.EVENT_KIND_LEAVING, "explorer shutting down")
+                self._report_end(gateway_pb2.EVENT_KIND_LEAVING, self._leaving)
             else:
                 self.state = "finished"
                 self._report_end(gateway_pb2.EVENT_KIND_FINISHED, self.finish_message)

@@ -13,10 +13,11 @@ from trinity.config.resolved import resolved_run
 from trinity.gateway.ledger import ROLE_TRAINER, RunLedger
 from trinity.gateway.registry import InstanceRegistry
 from trinity.gateway.runs import TERMINAL, RunStore, now_ms
+from trinity.gateway.scaling import Scaler, active_explorers
 from trinity.gateway.stages import Stages
 from trinity.gateway.supervision import Supervisor
 from trinity.gateway.sync_groups import SyncGroups
-from trinity.runtime.errors import InvalidArgument
+from trinity.runtime.errors import InvalidArgument, NotFound
 from trinity.runtime.events import kind_name
 from trinity.runtime.logging import get_logger
 from trinity.v1 import explorer_pb2, gateway_pb2
@@ -57,6 +58,7 @@ class Orchestrator:
         self.ledger = RunLedger(runs, registry, sync_groups, clock)
         self.stages = Stages(self.ledger, assign_timeout)
         self.supervisor = Supervisor(self.ledger, self.stages, recovery_seconds)
+        self.scaler = Scaler(self.ledger, self.stages)
         self._spawn = spawn
         self._monitor_thread: threading.Thread | None = None
 
@@ -83,6 +85,21 @@ class Orchestrator:
                 run_id, gateway_pb2.RUN_STATE_SUCCEEDED, f"training finished; serving stopped ({reason})"
             )
         return self.ledger.finish(run_id, gateway_pb2.RUN_STATE_CANCELLED, reason)
+
+    def sync_members(self, run_id: str) -> int:
+        """The explorers the run's next sync generation waits for (assigned, not leaving); 0 for a run unknown here
+        or with none assigned (the trainer's own count stands)."""
+        try:
+            return len(active_explorers(self.ledger.runs.get(run_id)))
+        except NotFound:
+            return 0
+
+    def leaving(self, run_id: str) -> list[str]:
+        """The run's explorers asked to leave (ScaleRun); none for a run unknown here."""
+        try:
+            return list(self.ledger.runs.get(run_id).leaving)
+        except NotFound:
+            return []
 
     def _serving_after_training(self, run: gateway_pb2.Run) -> bool:
         trainers = [i for i, role in run.assignments.items() if role == ROLE_TRAINER]
@@ -133,12 +150,14 @@ class Orchestrator:
         self.stages.pool.shutdown(wait=True, cancel_futures=True)
 
     def sweep(self) -> None:
-        """The monitor's periodic work, once: lost instances, replacements, pending launches."""
+        """The monitor's periodic work, once: lost instances, replacements, explorers joining and leaving
+        (ScaleRun), pending launches."""
         for instance in self.ledger.registry.sweep():
             self.supervisor.on_instance_lost(instance, "no heartbeat")
         self.supervisor.find_absent(self.ledger.runs.all())
         runs = self.ledger.runs.all()  # one read for the rest; a launch or a replacement re-reads what it changes
         self.supervisor.recover(runs)
+        self.scaler.adjust(self.ledger.runs.all())  # afresh: a recovery may have changed the assignments
         self.stages.relaunch(runs)
         self.stages.schedule_pending(runs)
 

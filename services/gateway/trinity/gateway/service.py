@@ -17,6 +17,7 @@ from trinity.gateway.steering import steer
 from trinity.gateway.sync_groups import SyncGroups
 from trinity.runtime.aio import MAX_WAITS
 from trinity.runtime.errors import (
+    FailedPrecondition,
     InvalidArgument,
     ResourceExhausted,
     ServiceError,
@@ -119,6 +120,10 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         return gateway_pb2.GetRunSpansResponse(spans=spans)
 
     @grpc_errors
+    def ScaleRun(self, request: gateway_pb2.ScaleRunRequest, context: grpc.ServicerContext) -> Any:
+        return self.orchestrator.scaler.scale(require(request.run_id, "run_id"), request.explorers)
+
+    @grpc_errors
     def SteerRun(self, request: gateway_pb2.SteerRunRequest, context: grpc.ServicerContext) -> Any:
         return steer(self.orchestrator.ledger, require(request.run_id, "run_id"), request.steering)
 
@@ -151,7 +156,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
     def OpenSyncGroup(self, request: gateway_pb2.OpenSyncGroupRequest, context: grpc.ServicerContext) -> Any:
         require(request.run_id, "run_id")
         require(request.instance_id, "instance_id")
-        group = self.sync.open(request)
+        group = self.sync.open(request, members=lambda: self.orchestrator.sync_members(request.run_id))
         opened = f"sync group generation {group.generation} opened ({group.host})"
         self.orchestrator.ledger.event(request.run_id, gateway_pb2.EVENT_KIND_WEIGHTS, message=opened)
         return group
@@ -160,6 +165,9 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
     def JoinSyncGroup(self, request: gateway_pb2.JoinSyncGroupRequest, context: grpc.ServicerContext) -> Any:
         require(request.run_id, "run_id")
         require(request.instance_id, "instance_id")
+        if request.instance_id in self.orchestrator.leaving(request.run_id):
+            # Asked to leave (ScaleRun): it finishes its batch on the weights it has; the generations go on without it.
+            raise FailedPrecondition(f"explorer {request.instance_id} is leaving run {request.run_id}")
         return self.sync.join(request)
 
     @grpc_errors

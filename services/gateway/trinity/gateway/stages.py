@@ -37,6 +37,10 @@ class Stages:
         self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="launch")
         self._launching: set[str] = set()
 
+    def launching(self, run_id: str) -> bool:
+        """Whether a launch of the run's stage is under way (its assignments are being made)."""
+        return run_id in self._launching
+
     def schedule_pending(self, runs: list[gateway_pb2.Run]) -> None:
         """Launch the pending runs whose services are free; fail those that waited past `assign_timeout`."""
         for run in runs:
@@ -69,7 +73,7 @@ class Stages:
                 if run.state in TERMINAL:
                     return
                 run.assignments.clear()
-                del run.finished[:]
+                del run.finished[:], run.leaving[:]
                 run.assignments.update({i.instance_id: i.service for i in explorers + trainers})
                 run.state = RUNNING
             self.ledger.event(run_id, gateway_pb2.EVENT_KIND_STATE, message=f"stage {run.stage} running", state=RUNNING)
@@ -194,6 +198,8 @@ class Stages:
             run.stage += 1
             run.assignments.clear()
             del run.finished[:]
+            run.explorers = 0  # a stage starts with the explorers its config names (ScaleRun scales one stage)
+            del run.leaving[:]
         starting = f"stage {run.stage} starting from {self.ledger.stage_config(run).model.path}"
         self.ledger.event(run.id, gateway_pb2.EVENT_KIND_STATE, message=starting, state=RUNNING)
         failpoint("gateway.stage")  # the ledger is in the next stage, whose services have not been started

@@ -62,11 +62,14 @@ class Supervisor:
             if run.state in TERMINAL or role is None or instance_id in run.finished or instance_id in run.lost_unix_ms:
                 return
             run.lost_unix_ms[instance_id] = self.ledger.clock()
-        self.ledger.note(run_id, f"{role} {instance_id} lost ({why})")
+        leaving = instance_id in run.leaving  # asked to leave (ScaleRun): gone as asked, dropped by `recover`
+        self.ledger.note(run_id, f"{role} {instance_id} " + ("left (run scaled down)" if leaving else f"lost ({why})"))
         try:
             self._hand_back(run, instance_id, role)
         except grpc.RpcError as err:  # the buffer is down too: the replacement reclaims them itself
             log.warning("run.hand_back_failed", run_id=run_id, instance=instance_id, error=one_line(err))
+        if leaving:
+            return  # no sync member since it was asked to leave: the generation stands
         group = self.ledger.sync_groups.close(run_id, 0)
         if group is not None:
             closed = f"sync group generation {group.generation} closed"
@@ -93,8 +96,8 @@ class Supervisor:
                 continue
             for old, lost_ms in sorted(run.lost_unix_ms.items()):
                 role = run.assignments[old]
-                if role == ROLE_EXPLORER and all_finished(run, ROLE_TRAINER):
-                    self._retire(run.id, old)  # nothing left for it to explore
+                if role == ROLE_EXPLORER and (all_finished(run, ROLE_TRAINER) or old in run.leaving):
+                    self._retire(run.id, old)  # nothing left for it to explore, or the run wants fewer explorers
                 elif not self._replace(run.id, old) and self.ledger.clock() - lost_ms > self.recovery_seconds * 1000:
                     self.ledger.fail(run.id, f"{role} {old} lost and not replaced within {self.recovery_seconds:.0f}s")
                     break
@@ -140,5 +143,9 @@ class Supervisor:
         with self.ledger.change(run_id) as run:
             del run.lost_unix_ms[instance_id]
             del run.assignments[instance_id]
-        self.ledger.note(run_id, f"explorer {instance_id} not replaced: training has finished")
+            leaving = instance_id in run.leaving
+            if leaving:
+                run.leaving.remove(instance_id)
+        why = f"the run wants {run.explorers} explorer(s)" if leaving else "training has finished"
+        self.ledger.note(run_id, f"explorer {instance_id} not replaced: {why}")
         self.stages.advance_if_done(run)

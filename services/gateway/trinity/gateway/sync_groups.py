@@ -12,7 +12,7 @@ join that group; the stores they meet in have no authentication of their own (do
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import cast, get_args
 
 import redis
@@ -107,7 +107,12 @@ class SyncGroups:
     def _save(self, group: gateway_pb2.SyncGroup) -> None:
         self.client.set(keys.sync_group(group.run_id), group.SerializeToString())
 
-    def open(self, request: gateway_pb2.OpenSyncGroupRequest) -> gateway_pb2.SyncGroup:
+    def open(
+        self, request: gateway_pb2.OpenSyncGroupRequest, members: Callable[[], int] | None = None
+    ) -> gateway_pb2.SyncGroup:
+        """A new generation of the run's group. `members`: the explorers it waits for, read under the run's lock (the
+        run's explorers now: whoever changes them does so before it closes the generation, so a generation opened
+        on an older count is closed after); 0 or None leaves the request's `explorer_workers`."""
         # world_size = explorer_workers + 1 is an int32 too: 2**31 - 1 workers would overflow it.
         if not 1 <= request.explorer_workers <= MAX_SYNC_WORKERS:
             raise InvalidArgument("explorer_workers", f"must be between 1 and {MAX_SYNC_WORKERS}")
@@ -127,13 +132,14 @@ class SyncGroups:
         with self.client.lock(keys.lock(request.run_id), timeout=10, blocking_timeout=10):
             raw = self._raw(keys.sync_group(request.run_id))
             generation = gateway_pb2.SyncGroup.FromString(raw).generation + 1 if raw else 1
+            workers = (members() if members else 0) or request.explorer_workers
             group = gateway_pb2.SyncGroup(
                 run_id=request.run_id,
                 generation=generation,
                 backend=request.backend,
                 host=request.host,
                 port=request.port,
-                world_size=request.explorer_workers + 1,
+                world_size=workers + 1,
                 members=[trainer],
                 announced_version=-1,
                 checkpoint_dir=request.checkpoint_dir,

@@ -64,6 +64,8 @@ class WeightPublisher:
         self.stop = stop or threading.Event()
         self.run_id = run_id
         self.instance_id = instance_id
+        # The explorers the config names: what a generation waits for only where the gateway does not know the run;
+        # it sizes each generation by the run's explorers at the time (they join and leave: ScaleRun).
         self.explorers = explorers
         self.config = config
         self.host = host
@@ -121,8 +123,8 @@ class WeightPublisher:
                     recovering, deadline = False, time.monotonic() + self.config.timeout_seconds
                 else:
                     raise TimeoutError(
-                        f"only {len(group.members) - 1} of {self.explorers} explorer worker(s) joined the sync group "
-                        f"within {self.config.timeout_seconds:.0f}s (synchronizer.timeout_seconds)"
+                        f"only {len(group.members) - 1} of {group.world_size - 1} explorer worker(s) joined the "
+                        f"sync group within {self.config.timeout_seconds:.0f}s (synchronizer.timeout_seconds)"
                     )
             time.sleep(0.1)
             group = self.gateway.sync_group(self.run_id)
@@ -187,6 +189,11 @@ class WeightPublisher:
         """
         from trinity.sync import SyncError, narrowed_to
 
+        if self.group_lost():
+            # The membership changed (an explorer lost, joining or leaving): the gateway closed the generation, and
+            # the next one, sized by the run's explorers now, takes this version.
+            log.info("weights.reforming", generation=self.generation, version=version)
+            self._close_sender()
         for attempt in range(1, self.max_attempts + 1):
             sender = self._sender or self.open()
             started = time.perf_counter()

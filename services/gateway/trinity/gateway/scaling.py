@@ -1,0 +1,113 @@
+"""Explorers join and leave a live run. `ScaleRun` records how many explorers the run wants (`Run.explorers`); each
+sweep of the monitor moves the run toward it: a free explorer instance is assigned and started as a replacement is
+(it continues the run's explore steps and joins a new sync generation, where the trainer pushes it the current
+weights), and a surplus explorer is asked to leave (`STOP_REASON_SCALED_DOWN`: it finishes its rollout batch, puts
+it, reports `leaving`; the supervisor then hands back what it still held and drops it, never replacing it).
+
+The sync generation follows: the gateway sizes each generation by the run's explorers that are assigned and not
+leaving (`SyncGroups.open`), and closes the current one after each change, so the trainer opens the next with the
+new membership."""
+
+from __future__ import annotations
+
+import grpc
+
+from trinity.config.modes import EXPLORER_MODES
+from trinity.gateway.ledger import ROLE_EXPLORER, ROLE_TRAINER, RUNNING, RunLedger, all_finished
+from trinity.gateway.stages import Stages
+from trinity.runtime.errors import FailedPrecondition, InvalidArgument, one_line
+from trinity.runtime.limits import MAX_SYNC_WORKERS
+from trinity.runtime.logging import get_logger
+from trinity.v1 import explorer_pb2, gateway_pb2
+
+log = get_logger(__name__)
+
+
+def active_explorers(run: gateway_pb2.Run) -> list[str]:
+    """The run's explorers that are assigned and not asked to leave: the members its sync generations wait for."""
+    return sorted(i for i, role in run.assignments.items() if role == ROLE_EXPLORER and i not in run.leaving)
+
+
+class Scaler:
+    def __init__(self, ledger: RunLedger, stages: Stages) -> None:
+        self.ledger, self.stages = ledger, stages
+
+    def scale(self, run_id: str, explorers: int) -> gateway_pb2.Run:
+        """Record that the run wants `explorers` explorers; the monitor's next sweeps get it there."""
+        if not 1 <= explorers <= MAX_SYNC_WORKERS:
+            raise InvalidArgument("explorers", f"must be between 1 and {MAX_SYNC_WORKERS}, got {explorers}")
+        with self.ledger.change(run_id) as run:  # NOT_FOUND for an unknown run
+            if run.state != RUNNING:
+                state = gateway_pb2.RunState.Name(run.state).removeprefix("RUN_STATE_")
+                raise FailedPrecondition(f"run {run_id} is {state}; only a RUNNING run can be scaled")
+            mode = self.ledger.stage_config(run).mode
+            if mode not in EXPLORER_MODES:
+                raise FailedPrecondition(f"stage {run.stage} of run {run_id} is mode {mode.value}: it has no explorers")
+            if all_finished(run, ROLE_TRAINER):
+                raise FailedPrecondition(f"run {run_id} has finished training; its explorers are wrapping up")
+            before = run.explorers or len(active_explorers(run))
+            run.explorers = explorers
+        self.ledger.note(run_id, f"explorers scaled from {before} to {explorers}")
+        log.info("run.scaled", run_id=run_id, explorers=explorers, before=before)
+        return run
+
+    def adjust(self, runs: list[gateway_pb2.Run]) -> None:
+        """Move each running run toward the explorers it wants: start free ones, or ask the surplus to leave."""
+        for run in runs:
+            if run.state != RUNNING or not run.explorers or not run.assignments or self.stages.launching(run.id):
+                continue
+            if all_finished(run, ROLE_TRAINER) or any(run.assignments.get(i) == ROLE_EXPLORER for i in run.finished):
+                continue  # the stage is wrapping up: nothing joins or leaves any more
+            have = len(active_explorers(run))
+            for _ in range(run.explorers - have):
+                if not self._join(run.id):
+                    break
+            if have > run.explorers:
+                self._leave(run.id)
+
+    def _join(self, run_id: str) -> bool:
+        """Assign a free explorer instance to the run and start it; whether one started."""
+        buffers = self.ledger.registry.alive("buffer")
+        new = next(iter(self.stages.free(ROLE_EXPLORER, "", self.ledger.runs.all())), None)
+        if new is None or not buffers:  # none free, or the buffer is restarting: the next sweep tries again
+            return False
+        with self.ledger.change(run_id) as run:
+            if run.state != RUNNING or len(active_explorers(run)) >= run.explorers:
+                return False
+            run.assignments[new.instance_id] = ROLE_EXPLORER
+        wanted = run.explorers
+        self.ledger.note(run_id, f"explorer {new.instance_id} joins ({len(active_explorers(run))} of {wanted})")
+        try:
+            # As a replacement: it continues the run's explore steps and waits for the weights they need.
+            self.stages.start_on(run, new, buffers[0].address, replacing=True)
+        except grpc.RpcError as err:
+            with self.ledger.change(run_id) as run:
+                run.assignments.pop(new.instance_id, None)
+            self.ledger.note(run_id, f"explorer {new.instance_id} did not start ({one_line(err)}); trying another")
+            self._close_generation(run_id, f"explorer {new.instance_id} did not start")  # one may count it already
+            return False
+        self._close_generation(run_id, f"explorer {new.instance_id} joined")
+        return True
+
+    def _leave(self, run_id: str) -> None:
+        """Ask the surplus explorers to leave: lost ones first (nothing to drain), then the newest ids."""
+        with self.ledger.change(run_id) as run:
+            active = active_explorers(run)
+            surplus = len(active) - run.explorers
+            if run.state != RUNNING or surplus <= 0:
+                return
+            leavers = sorted(active, key=lambda i: (i in run.lost_unix_ms, i), reverse=True)[:surplus]
+            run.leaving.extend(leavers)
+        for instance_id in leavers:
+            self.ledger.note(run_id, f"explorer {instance_id} leaves ({len(active) - surplus} of {run.explorers})")
+        self._close_generation(run_id, f"explorer(s) {', '.join(leavers)} leaving")
+        draining = [i for i in leavers if i not in run.lost_unix_ms]  # a lost one is retired by the next recovery
+        detail = f"run scaled down to {run.explorers} explorer(s)"
+        self.ledger.stop_run(draining, run_id, explorer_pb2.STOP_REASON_SCALED_DOWN, detail)
+
+    def _close_generation(self, run_id: str, why: str) -> None:
+        """End the sync generation after a membership change: the trainer opens the next with the run's explorers."""
+        group = self.ledger.sync_groups.close(run_id, 0)
+        if group is not None and group.generation:
+            closed = f"sync group generation {group.generation} closed ({why})"
+            self.ledger.event(run_id, gateway_pb2.EVENT_KIND_WEIGHTS, message=closed)
