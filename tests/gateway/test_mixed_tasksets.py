@@ -2,32 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-import redis
 import yaml
 
 from tests.gateway.run_harness import EXAMPLES, Gateway
 from trinity.clients import BufferClient
 from trinity.config import naming
-from trinity.runtime.redis_server import RedisServer, start_redis_server
 from trinity.v1 import gateway_pb2
 
 
-@pytest.fixture(scope="module")
-def own_redis() -> Iterator[RedisServer]:
-    server = start_redis_server()  # not the session's: gateway processes' monitors there would act on these runs
-    yield server
-    server.stop()
-
-
 @pytest.fixture
-def gateway(own_redis, buffer_service) -> Iterator[Gateway]:
-    redis.Redis.from_url(own_redis.url).flushall()
-    gateway = Gateway(own_redis.url, buffer_service.address)
-    yield gateway
-    gateway.close()
+def gateway(harness: Gateway) -> Gateway:
+    return harness
 
 
 def test_a_run_of_several_task_sets_leases_from_their_mixture_with_the_configs_weights(gateway, buffer_service, unique):

@@ -3,36 +3,20 @@ and of a run, failures and cancels (trinity.gateway.supervision, .stages, .launc
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-import redis
 
 from tests.gateway.run_harness import RECOVERY_S, Gateway
 from trinity.config import RunConfig
 from trinity.gateway.supervision import ABSENT_SECONDS
-from trinity.runtime.redis_server import RedisServer, start_redis_server
 from trinity.v1 import gateway_pb2
 
 RUNNING, SUCCEEDED = gateway_pb2.RUN_STATE_RUNNING, gateway_pb2.RUN_STATE_SUCCEEDED
 FAILED, CANCELLED = gateway_pb2.RUN_STATE_FAILED, gateway_pb2.RUN_STATE_CANCELLED
 
 
-@pytest.fixture(scope="module")
-def own_redis() -> Iterator[RedisServer]:
-    """A Redis of this module's own: the session's is shared with gateway processes whose monitors would act on
-    these runs too."""
-    server = start_redis_server()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
-def gateway(own_redis, buffer_service) -> Iterator[Gateway]:
-    redis.Redis.from_url(own_redis.url).flushall()
-    gateway = Gateway(own_redis.url, buffer_service.address)
-    yield gateway
-    gateway.close()
+def gateway(harness: Gateway) -> Gateway:
+    return harness
 
 
 def test_a_lost_trainer_that_comes_back_in_time_is_restarted_on_the_run_after_the_newest_version(gateway, unique):

@@ -10,16 +10,14 @@ from concurrent import futures
 
 import grpc
 import pytest
-import redis
 
-from tests.gateway.run_harness import EXAMPLES, FakeService, Gateway, run_config
+from tests.gateway.run_harness import EXAMPLES, FakeService, run_config
 from trinity.cli.main import main
 from trinity.clients import BufferClient
 from trinity.config import naming
 from trinity.gateway.service import GatewayServicer
 from trinity.runtime.client import open_channel
 from trinity.runtime.limits import MAX_SYNC_WORKERS
-from trinity.runtime.redis_server import RedisServer, start_redis_server
 from trinity.sdk import AsyncTrinityClient, TrinityClient
 from trinity.sdk.client import AsyncRunHandle
 from trinity.sdk.errors import InvalidRequest
@@ -27,23 +25,6 @@ from trinity.v1 import gateway_pb2, gateway_pb2_grpc
 
 RUNNING = gateway_pb2.RUN_STATE_RUNNING
 SCALED_DOWN = "STOP_REASON_SCALED_DOWN"
-
-
-@pytest.fixture(scope="module")
-def own_redis() -> Iterator[RedisServer]:
-    """A Redis of this module's own: the session's is shared with gateway processes whose monitors would act on
-    these runs too."""
-    server = start_redis_server()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def harness(own_redis, buffer_service) -> Iterator[Gateway]:
-    redis.Redis.from_url(own_redis.url).flushall()
-    gateway = Gateway(own_redis.url, buffer_service.address)
-    yield gateway
-    gateway.close()
 
 
 @pytest.fixture
