@@ -10,6 +10,7 @@ from tests.buffer.helpers import experience
 from trinity.buffer.keys import StreamKeys
 from trinity.clients import BufferClient
 from trinity.config import StreamConfig
+from trinity.runtime.limits import MAX_ITEMS
 
 IDLE_MS = 60_000
 
@@ -45,3 +46,17 @@ def test_renewal_never_takes_an_entry_another_consumer_holds_or_one_acknowledged
         assert client.ack(unique, mine) == 1
         assert client.renew(unique, "trainer", mine) == 0
         assert client.nack(unique, "trainer-2", all_pending=True) == 1  # still trainer-2's to hand back
+
+
+def test_more_entries_than_one_request_takes_are_renewed_and_acknowledged(buffer_service, unique):
+    """A trainer holds `save_interval` batches until its checkpoint: 10 x 1,024 is over a request's 10,000 ids."""
+    held = MAX_ITEMS + 5
+    with BufferClient(buffer_service.address) as client:
+        client.create_stream(StreamConfig(name=unique))
+        for first in range(0, held, 5_000):
+            client.put(unique, [experience() for _ in range(first, min(first + 5_000, held))])
+        entry_ids: list[str] = []
+        while len(entry_ids) < held:
+            entry_ids += client.read(unique, "trainer", 5_000).entry_ids
+        assert client.renew(unique, "trainer", entry_ids) == held
+        assert client.ack(unique, entry_ids) == held

@@ -11,6 +11,7 @@ import grpc
 from trinity.config import MixtureConfig, OfflineDataConfig, StreamConfig, TaskSetConfig
 from trinity.config.spec import to_spec
 from trinity.runtime.client import call_with_retry, open_channel
+from trinity.runtime.limits import MAX_ITEMS
 from trinity.runtime.tls import TlsSettings
 from trinity.v1 import buffer_pb2, buffer_pb2_grpc, common_pb2
 
@@ -145,8 +146,10 @@ class BufferClient:
         )
 
     def ack(self, stream: str, entry_ids: Sequence[str]) -> int:
-        reply = self._call("AckExperiences", buffer_pb2.AckExperiencesRequest(stream=stream, entry_ids=entry_ids))
-        return int(reply.acked)
+        acked = 0
+        for ids in _per_request(entry_ids):
+            acked += self._call("AckExperiences", buffer_pb2.AckExperiencesRequest(stream=stream, entry_ids=ids)).acked
+        return acked
 
     def nack(
         self,
@@ -165,8 +168,11 @@ class BufferClient:
 
     def renew(self, stream: str, consumer: str, entry_ids: Sequence[str]) -> int:
         """Keep entries `consumer` holds from being reclaimed for another claim_idle_ms; how many it still held."""
-        request = buffer_pb2.RenewExperiencesRequest(stream=stream, consumer=consumer, entry_ids=entry_ids)
-        return int(self._call("RenewExperiences", request).renewed)
+        renewed = 0
+        for ids in _per_request(entry_ids):
+            request = buffer_pb2.RenewExperiencesRequest(stream=stream, consumer=consumer, entry_ids=ids)
+            renewed += self._call("RenewExperiences", request).renewed
+        return renewed
 
     def trim(self, stream: str) -> int:
         return int(self._call("TrimStream", buffer_pb2.TrimStreamRequest(stream=stream)).removed)
@@ -234,3 +240,9 @@ def _varint(value: int) -> bytes:
 
 def is_status(err: BaseException, code: grpc.StatusCode) -> bool:
     return isinstance(err, grpc.RpcError) and err.code() == code
+
+
+def _per_request(entry_ids: Sequence[str]) -> Iterable[Sequence[str]]:
+    """Entry ids in requests the buffer takes (at most MAX_ITEMS each): a trainer acknowledges and renews what it
+    trained since its last checkpoint, `save_interval` batches, which can exceed one request."""
+    return (entry_ids[i : i + MAX_ITEMS] for i in range(0, len(entry_ids), MAX_ITEMS))
