@@ -6,11 +6,11 @@ comment lines; exit 1 when the run cannot fit."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 
 import yaml
 
 from trinity.cli import layout, preflight
+from trinity.cli.argtypes import positive
 from trinity.config import load_run_config
 from trinity.config.errors import ConfigError
 from trinity.config.resolved import resolved_run
@@ -31,19 +31,6 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0 if fits else 1
 
 
-def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a {kind.__name__}: {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-        return value
-
-    return parse
-
-
 def add_check_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     check = commands.add_parser("check", help="validate a run config and print the run it resolves to; start nothing")
     check.add_argument("--config", required=True, help="run config (YAML)")
@@ -56,6 +43,6 @@ def add_check_command(commands: argparse._SubParsersAction[argparse.ArgumentPars
         "layout (deploy/README.md): the GPU memory each process needs on these GPUs, and a placement that fits; "
         "exit 1 when none does"
     )
-    machine.add_argument("--gpus", type=_positive(int), metavar="N", help="GPUs of the host the run gets")
-    machine.add_argument("--gpu-memory-gib", type=_positive(float), metavar="GIB", help="memory of each GPU, GiB")
+    machine.add_argument("--gpus", type=positive(int), metavar="N", help="GPUs of the host the run gets")
+    machine.add_argument("--gpu-memory-gib", type=positive(float), metavar="GIB", help="memory of each GPU, GiB")
     check.set_defaults(handler=cmd_check)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trinity.cli import preflight
+from trinity.cli.argtypes import positive
 from trinity.cli.check import add_check_command
 from trinity.config import RunConfig, load_run_config, naming
 from trinity.config.modes import RunMode
@@ -261,10 +262,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
             print("trinity runs scale: give --explorers N (1 or more)", file=sys.stderr)
             return 2
         handle = client.run(args.run_id)
-        if args.action == "scale":
-            run = handle.scale(args.explorers)
-        else:
-            run = handle.cancel() if args.action == "cancel" else handle.status()
+        actions = {"status": handle.status, "cancel": handle.cancel, "scale": lambda: handle.scale(args.explorers)}
+        run = actions[args.action]()
         from google.protobuf import json_format
 
         record = json_format.MessageToDict(run, preserving_proto_field_name=True)
@@ -298,16 +297,6 @@ def _port(text: str) -> int:
     return port
 
 
-def _explorer_count(text: str) -> int:
-    try:
-        count = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of explorers: {text!r}") from None
-    if count < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {count}")
-    return count
-
-
 def add_commands(commands: Any) -> None:
     run = commands.add_parser("run", help="run everything locally: redis, the four services, one run")
     run.add_argument("--config", required=True, help="run config (YAML)")
@@ -329,7 +318,7 @@ def add_commands(commands: Any) -> None:
     runs.add_argument("action", choices=["list", "status", "cancel", "scale"])
     runs.add_argument("run_id", nargs="?", default="")
     runs.add_argument(
-        "--explorers", type=_explorer_count, default=None, metavar="N", help="scale: explorers the run should use"
+        "--explorers", type=positive(int), default=None, metavar="N", help="scale: explorers the run should use"
     )
     runs.add_argument("--gateway", default="127.0.0.1:50051")
     runs.set_defaults(handler=cmd_runs)
