@@ -89,17 +89,18 @@ class Orchestrator:
     def sync_members(self, run_id: str) -> int:
         """The explorers the run's next sync generation waits for (assigned, not leaving); 0 for a run unknown here
         or with none assigned (the trainer's own count stands)."""
-        try:
-            return len(active_explorers(self.ledger.runs.get(run_id)))
-        except NotFound:
-            return 0
+        return len(active_explorers(self._known(run_id)))
 
     def leaving(self, run_id: str) -> list[str]:
         """The run's explorers asked to leave (ScaleRun); none for a run unknown here."""
+        return list(self._known(run_id).leaving)
+
+    def _known(self, run_id: str) -> gateway_pb2.Run:
+        """The run, or an empty one where this gateway does not know it (a trainer syncing for a run of its own)."""
         try:
-            return list(self.ledger.runs.get(run_id).leaving)
+            return self.ledger.runs.get(run_id)
         except NotFound:
-            return []
+            return gateway_pb2.Run(id=run_id)
 
     def _serving_after_training(self, run: gateway_pb2.Run) -> bool:
         trainers = [i for i, role in run.assignments.items() if role == ROLE_TRAINER]
