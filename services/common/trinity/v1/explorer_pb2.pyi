@@ -17,6 +17,7 @@ class StopReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STOP_REASON_FAILED: _ClassVar[StopReason]
     STOP_REASON_SHUTDOWN: _ClassVar[StopReason]
     STOP_REASON_SCALED_DOWN: _ClassVar[StopReason]
+    STOP_REASON_PAUSED: _ClassVar[StopReason]
 STOP_REASON_UNSPECIFIED: StopReason
 STOP_REASON_TRAINING_FINISHED: StopReason
 STOP_REASON_INPUT_EXHAUSTED: StopReason
@@ -24,6 +25,7 @@ STOP_REASON_CANCELLED: StopReason
 STOP_REASON_FAILED: StopReason
 STOP_REASON_SHUTDOWN: StopReason
 STOP_REASON_SCALED_DOWN: StopReason
+STOP_REASON_PAUSED: StopReason
 
 class StartRunRequest(_message.Message):
     __slots__ = ("run_id", "config_json", "buffer_address", "gateway_address", "stage", "resume_model_version")

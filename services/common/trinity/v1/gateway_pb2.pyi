@@ -16,6 +16,7 @@ class RunState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RUN_STATE_SUCCEEDED: _ClassVar[RunState]
     RUN_STATE_FAILED: _ClassVar[RunState]
     RUN_STATE_CANCELLED: _ClassVar[RunState]
+    RUN_STATE_PAUSED: _ClassVar[RunState]
 
 class EventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -61,6 +62,7 @@ RUN_STATE_RUNNING: RunState
 RUN_STATE_SUCCEEDED: RunState
 RUN_STATE_FAILED: RunState
 RUN_STATE_CANCELLED: RunState
+RUN_STATE_PAUSED: RunState
 EVENT_KIND_UNSPECIFIED: EventKind
 EVENT_KIND_STATE: EventKind
 EVENT_KIND_TRAIN: EventKind
@@ -96,7 +98,7 @@ PHASE_PUBLISH_WEIGHTS: Phase
 PHASE_EXPORT: Phase
 
 class Run(_message.Message):
-    __slots__ = ("id", "name", "state", "config_json", "created_unix_ms", "updated_unix_ms", "error", "train_step", "explore_step", "model_version", "stage", "latest_metrics", "assignments", "finished", "final_model_path", "lost_unix_ms", "explorers", "leaving")
+    __slots__ = ("id", "name", "state", "config_json", "created_unix_ms", "updated_unix_ms", "error", "train_step", "explore_step", "model_version", "stage", "latest_metrics", "assignments", "finished", "final_model_path", "lost_unix_ms", "explorers", "leaving", "tenant", "priority", "queued_unix_ms", "resuming")
     class LatestMetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -136,6 +138,10 @@ class Run(_message.Message):
     LOST_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     EXPLORERS_FIELD_NUMBER: _ClassVar[int]
     LEAVING_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    RESUMING_FIELD_NUMBER: _ClassVar[int]
     id: str
     name: str
     state: RunState
@@ -154,17 +160,23 @@ class Run(_message.Message):
     lost_unix_ms: _containers.ScalarMap[str, int]
     explorers: int
     leaving: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., config_json: _Optional[str] = ..., created_unix_ms: _Optional[int] = ..., updated_unix_ms: _Optional[int] = ..., error: _Optional[str] = ..., train_step: _Optional[int] = ..., explore_step: _Optional[int] = ..., model_version: _Optional[int] = ..., stage: _Optional[int] = ..., latest_metrics: _Optional[_Mapping[str, float]] = ..., assignments: _Optional[_Mapping[str, str]] = ..., finished: _Optional[_Iterable[str]] = ..., final_model_path: _Optional[str] = ..., lost_unix_ms: _Optional[_Mapping[str, int]] = ..., explorers: _Optional[int] = ..., leaving: _Optional[_Iterable[str]] = ...) -> None: ...
+    tenant: str
+    priority: int
+    queued_unix_ms: int
+    resuming: bool
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., config_json: _Optional[str] = ..., created_unix_ms: _Optional[int] = ..., updated_unix_ms: _Optional[int] = ..., error: _Optional[str] = ..., train_step: _Optional[int] = ..., explore_step: _Optional[int] = ..., model_version: _Optional[int] = ..., stage: _Optional[int] = ..., latest_metrics: _Optional[_Mapping[str, float]] = ..., assignments: _Optional[_Mapping[str, str]] = ..., finished: _Optional[_Iterable[str]] = ..., final_model_path: _Optional[str] = ..., lost_unix_ms: _Optional[_Mapping[str, int]] = ..., explorers: _Optional[int] = ..., leaving: _Optional[_Iterable[str]] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., queued_unix_ms: _Optional[int] = ..., resuming: _Optional[bool] = ...) -> None: ...
 
 class CreateRunRequest(_message.Message):
-    __slots__ = ("config_yaml", "run_id", "request_id")
+    __slots__ = ("config_yaml", "run_id", "request_id", "priority")
     CONFIG_YAML_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     config_yaml: str
     run_id: str
     request_id: str
-    def __init__(self, config_yaml: _Optional[str] = ..., run_id: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+    priority: int
+    def __init__(self, config_yaml: _Optional[str] = ..., run_id: _Optional[str] = ..., request_id: _Optional[str] = ..., priority: _Optional[int] = ...) -> None: ...
 
 class GetRunRequest(_message.Message):
     __slots__ = ("run_id",)
@@ -189,6 +201,20 @@ class CancelRunRequest(_message.Message):
     run_id: str
     reason: str
     def __init__(self, run_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class PauseRunRequest(_message.Message):
+    __slots__ = ("run_id", "reason")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    reason: str
+    def __init__(self, run_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ResumeRunRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
 
 class ScaleRunRequest(_message.Message):
     __slots__ = ("run_id", "explorers")

@@ -80,6 +80,16 @@ class GatewayServiceStub:
                 request_serializer=trinity_dot_v1_dot_gateway__pb2.ScaleRunRequest.SerializeToString,
                 response_deserializer=trinity_dot_v1_dot_gateway__pb2.Run.FromString,
                 _registered_method=True)
+        self.PauseRun = channel.unary_unary(
+                '/trinity.v1.GatewayService/PauseRun',
+                request_serializer=trinity_dot_v1_dot_gateway__pb2.PauseRunRequest.SerializeToString,
+                response_deserializer=trinity_dot_v1_dot_gateway__pb2.Run.FromString,
+                _registered_method=True)
+        self.ResumeRun = channel.unary_unary(
+                '/trinity.v1.GatewayService/ResumeRun',
+                request_serializer=trinity_dot_v1_dot_gateway__pb2.ResumeRunRequest.SerializeToString,
+                response_deserializer=trinity_dot_v1_dot_gateway__pb2.Run.FromString,
+                _registered_method=True)
         self.Register = channel.unary_unary(
                 '/trinity.v1.GatewayService/Register',
                 request_serializer=trinity_dot_v1_dot_gateway__pb2.RegisterRequest.SerializeToString,
@@ -192,6 +202,23 @@ class GatewayServiceServicer:
     def ScaleRun(self, request, context):
         """Sets how many explorers a RUNNING run wants (`Run.explorers`): the monitor starts free explorer instances on it
         (each joins a new sync generation) or asks the surplus to leave (each finishes its rollout batch, then goes).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseRun(self, request, context):
+        """Pauses a RUNNING run: its trainer checkpoints after the step in progress, its explorers put their batch, and
+        each is freed for other runs as it stops (PAUSED with no assignments left). Where nothing is training yet it
+        simply waits.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeRun(self, request, context):
+        """Queues a PAUSED run whose services have all stopped again (PENDING): it starts like any pending run, from the
+        checkpoint its pause wrote, weight versions still increasing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -310,6 +337,16 @@ def add_GatewayServiceServicer_to_server(servicer, server):
             'ScaleRun': grpc.unary_unary_rpc_method_handler(
                     servicer.ScaleRun,
                     request_deserializer=trinity_dot_v1_dot_gateway__pb2.ScaleRunRequest.FromString,
+                    response_serializer=trinity_dot_v1_dot_gateway__pb2.Run.SerializeToString,
+            ),
+            'PauseRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseRun,
+                    request_deserializer=trinity_dot_v1_dot_gateway__pb2.PauseRunRequest.FromString,
+                    response_serializer=trinity_dot_v1_dot_gateway__pb2.Run.SerializeToString,
+            ),
+            'ResumeRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeRun,
+                    request_deserializer=trinity_dot_v1_dot_gateway__pb2.ResumeRunRequest.FromString,
                     response_serializer=trinity_dot_v1_dot_gateway__pb2.Run.SerializeToString,
             ),
             'Register': grpc.unary_unary_rpc_method_handler(
@@ -605,6 +642,60 @@ class GatewayService:
             target,
             '/trinity.v1.GatewayService/ScaleRun',
             trinity_dot_v1_dot_gateway__pb2.ScaleRunRequest.SerializeToString,
+            trinity_dot_v1_dot_gateway__pb2.Run.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trinity.v1.GatewayService/PauseRun',
+            trinity_dot_v1_dot_gateway__pb2.PauseRunRequest.SerializeToString,
+            trinity_dot_v1_dot_gateway__pb2.Run.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trinity.v1.GatewayService/ResumeRun',
+            trinity_dot_v1_dot_gateway__pb2.ResumeRunRequest.SerializeToString,
             trinity_dot_v1_dot_gateway__pb2.Run.FromString,
             options,
             channel_credentials,
