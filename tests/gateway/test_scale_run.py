@@ -5,8 +5,6 @@ run_harness.py) behind a real gRPC server; the SDK and the CLI against that serv
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
-from concurrent import futures
 
 import grpc
 import pytest
@@ -15,7 +13,6 @@ from tests.gateway.run_harness import EXAMPLES, FakeService, run_config
 from trinity.cli.main import main
 from trinity.clients import BufferClient
 from trinity.config import naming
-from trinity.gateway.service import GatewayServicer
 from trinity.runtime.client import open_channel
 from trinity.runtime.limits import MAX_SYNC_WORKERS
 from trinity.sdk import AsyncTrinityClient, TrinityClient
@@ -25,32 +22,6 @@ from trinity.v1 import gateway_pb2, gateway_pb2_grpc
 
 RUNNING = gateway_pb2.RUN_STATE_RUNNING
 SCALED_DOWN = "STOP_REASON_SCALED_DOWN"
-
-
-@pytest.fixture
-def add_explorer(harness) -> Iterator[Callable[[], FakeService]]:
-    """Another explorer process registers with the gateway, free for any run."""
-    added: list[FakeService] = []
-
-    def add() -> FakeService:
-        added.append(FakeService("explorer"))
-        harness.register(added[-1], started=1)
-        return added[-1]
-
-    yield add
-    for fake in added:
-        fake.server.stop(None)
-
-
-@pytest.fixture
-def address(harness) -> Iterator[str]:
-    """The harness's orchestrator behind the gateway's servicer, on a real gRPC server."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    gateway_pb2_grpc.add_GatewayServiceServicer_to_server(GatewayServicer(harness.orchestrator, "gateway-t"), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    yield f"127.0.0.1:{port}"
-    server.stop(None)
 
 
 def _scale(address: str, run_id: str, explorers: int) -> gateway_pb2.Run:

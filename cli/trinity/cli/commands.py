@@ -262,7 +262,13 @@ def cmd_runs(args: argparse.Namespace) -> int:
             print("trinity runs scale: give --explorers N (1 or more)", file=sys.stderr)
             return 2
         handle = client.run(args.run_id)
-        actions = {"status": handle.status, "cancel": handle.cancel, "scale": lambda: handle.scale(args.explorers)}
+        actions = {
+            "status": handle.status,
+            "cancel": handle.cancel,
+            "scale": lambda: handle.scale(args.explorers),
+            "pause": handle.pause,
+            "resume": handle.resume,
+        }
         run = actions[args.action]()
         from google.protobuf import json_format
 
@@ -314,8 +320,8 @@ def add_commands(commands: Any) -> None:
     submit.add_argument("--follow", action="store_true", help="print events until the run ends")
     submit.set_defaults(handler=cmd_submit)
 
-    runs = commands.add_parser("runs", help="list runs, show one, cancel one, or scale its explorers")
-    runs.add_argument("action", choices=["list", "status", "cancel", "scale"])
+    runs = commands.add_parser("runs", help="list runs; show, cancel, pause or resume one, or scale its explorers")
+    runs.add_argument("action", choices=["list", "status", "cancel", "scale", "pause", "resume"])
     runs.add_argument("run_id", nargs="?", default="")
     runs.add_argument(
         "--explorers", type=positive(int), default=None, metavar="N", help="scale: explorers the run should use"

@@ -128,6 +128,14 @@ class RunHandle:
         """Have the live run use `explorers` explorers (TrinityClient.scale_run)."""
         return self.client.scale_run(self.id, explorers)
 
+    def pause(self, reason: str = "paused by user") -> gateway_pb2.Run:
+        """Stop the run's services after a checkpoint, freeing them (TrinityClient.pause_run)."""
+        return self.client.pause_run(self.id, reason)
+
+    def resume(self) -> gateway_pb2.Run:
+        """Queue the paused run again (TrinityClient.resume_run)."""
+        return self.client.resume_run(self.id)
+
     def steer(
         self,
         *,
@@ -196,6 +204,18 @@ class TrinityClient:
         running or its stage has no explorers."""
         return self._call("ScaleRun", gateway_pb2.ScaleRunRequest(run_id=run_id, explorers=explorers))
 
+    def pause_run(self, run_id: str, reason: str = "paused by user") -> gateway_pb2.Run:
+        """Pause a pending or running run (RUN_STATE_PAUSED): its trainer checkpoints after the step in progress,
+        its explorers put their rollout batch, and each service is freed for other runs as it stops; the run is
+        paused once `assignments` is empty. A paused run pauses again as a no-op. RunNotFound, RunConflict when the
+        run has ended, is starting its services, or has finished training."""
+        return self._call("PauseRun", gateway_pb2.PauseRunRequest(run_id=run_id, reason=reason))
+
+    def resume_run(self, run_id: str) -> gateway_pb2.Run:
+        """Queue a paused run again (PENDING): it starts when its services are free, from the checkpoint its pause
+        wrote, its weight versions going on increasing. RunConflict when it is not paused or still pausing."""
+        return self._call("ResumeRun", gateway_pb2.ResumeRunRequest(run_id=run_id))
+
     def steer_run(
         self,
         run_id: str,
@@ -259,6 +279,14 @@ class AsyncRunHandle:
         """Have the live run use `explorers` explorers (TrinityClient.scale_run)."""
         request = gateway_pb2.ScaleRunRequest(run_id=self.id, explorers=explorers)
         return await self.client._call("ScaleRun", request)
+
+    async def pause(self, reason: str = "paused by user") -> gateway_pb2.Run:
+        """Stop the run's services after a checkpoint, freeing them (TrinityClient.pause_run)."""
+        return await self.client._call("PauseRun", gateway_pb2.PauseRunRequest(run_id=self.id, reason=reason))
+
+    async def resume(self) -> gateway_pb2.Run:
+        """Queue the paused run again (TrinityClient.resume_run)."""
+        return await self.client._call("ResumeRun", gateway_pb2.ResumeRunRequest(run_id=self.id))
 
     async def spans(self, since_step: int = 0) -> list[gateway_pb2.Span]:
         """The run's timeline from step `since_step` on (TrinityClient.spans)."""

@@ -33,6 +33,7 @@ Mode = Callable[[ExplorerContext], str]  # runs the mode; returns the `finished`
 LEAVE = {
     explorer_pb2.STOP_REASON_SHUTDOWN: "explorer shutting down",
     explorer_pb2.STOP_REASON_SCALED_DOWN: "explorer leaving: the run wants fewer explorers",
+    explorer_pb2.STOP_REASON_PAUSED: "explorer leaving: the run is paused",
 }
 ABANDON = (explorer_pb2.STOP_REASON_CANCELLED, explorer_pb2.STOP_REASON_FAILED, *LEAVE)
 MODES: dict[RunMode, Mode] = {

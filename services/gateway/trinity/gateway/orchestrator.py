@@ -11,6 +11,7 @@ from trinity.config import parse_run_config
 from trinity.config.errors import ConfigError
 from trinity.config.resolved import resolved_run
 from trinity.gateway.ledger import ROLE_TRAINER, RunLedger
+from trinity.gateway.pausing import Pauser
 from trinity.gateway.registry import InstanceRegistry
 from trinity.gateway.runs import TERMINAL, RunStore, now_ms
 from trinity.gateway.scaling import Scaler, active_explorers
@@ -57,7 +58,8 @@ class Orchestrator:
         finished part, a departure) so that the reporting service's call returns at once."""
         self.ledger = RunLedger(runs, registry, sync_groups, clock)
         self.stages = Stages(self.ledger, assign_timeout)
-        self.supervisor = Supervisor(self.ledger, self.stages, recovery_seconds)
+        self.pauser = Pauser(self.ledger, self.stages)
+        self.supervisor = Supervisor(self.ledger, self.stages, self.pauser, recovery_seconds)
         self.scaler = Scaler(self.ledger, self.stages)
         self._spawn = spawn
         self._monitor_thread: threading.Thread | None = None
@@ -158,6 +160,7 @@ class Orchestrator:
         self.supervisor.find_absent(self.ledger.runs.all())
         runs = self.ledger.runs.all()  # one read for the rest; a launch or a replacement re-reads what it changes
         self.supervisor.recover(runs)
+        self.pauser.sweep(runs)
         self.scaler.adjust(self.ledger.runs.all())  # afresh: a recovery may have changed the assignments
         self.stages.relaunch(runs)
         self.stages.schedule_pending(runs)

@@ -124,6 +124,15 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         return self.orchestrator.scaler.scale(require(request.run_id, "run_id"), request.explorers)
 
     @grpc_errors
+    def PauseRun(self, request: gateway_pb2.PauseRunRequest, context: grpc.ServicerContext) -> Any:
+        reason = bounded(request.reason, "reason", MAX_TEXT_CHARS) or "paused by user"
+        return self.orchestrator.pauser.pause(require(request.run_id, "run_id"), reason)
+
+    @grpc_errors
+    def ResumeRun(self, request: gateway_pb2.ResumeRunRequest, context: grpc.ServicerContext) -> Any:
+        return self.orchestrator.pauser.resume(require(request.run_id, "run_id"))
+
+    @grpc_errors
     def SteerRun(self, request: gateway_pb2.SteerRunRequest, context: grpc.ServicerContext) -> Any:
         return steer(self.orchestrator.ledger, require(request.run_id, "run_id"), request.steering)
 

@@ -65,7 +65,7 @@ class Stages:
             run = self.ledger.runs.get(run_id)
             config = self.ledger.stage_config(run)
             buffer = self._wait_for_instances(run_id, "buffer", 1)[0]
-            self._prepare_buffer(run_id, run.stage, config, buffer.address)
+            self._prepare_buffer(run_id, run.stage, config, buffer.address, resuming=run.resuming)
             wanted = roles_for(config)
             explorers = self._wait_for_instances(run_id, ROLE_EXPLORER, wanted[ROLE_EXPLORER])
             trainers = self._wait_for_instances(run_id, ROLE_TRAINER, wanted[ROLE_TRAINER])
@@ -77,9 +77,10 @@ class Stages:
                 run.assignments.update({i.instance_id: i.service for i in explorers + trainers})
                 run.state = RUNNING
             self.ledger.event(run_id, gateway_pb2.EVENT_KIND_STATE, message=f"stage {run.stage} running", state=RUNNING)
-            # The trainer first: it reserves the sync group's rendezvous that explorers join.
+            # The trainer first: it reserves the sync group's rendezvous that explorers join. A resumed run's
+            # services go on from its checkpoint and weight versions, as replacements do.
             for inst in trainers + explorers:
-                self.start_on(run, inst, buffer.address)
+                self.start_on(run, inst, buffer.address, replacing=run.resuming)
         except Exception as err:
             if self.ledger.stopping.is_set():  # this gateway shuts down: the run stays pending for the next one
                 return
@@ -108,7 +109,9 @@ class Stages:
         busy = {i for r in runs if r.id != exclude_run and r.state not in TERMINAL for i in r.assignments}
         return [i for i in self.ledger.registry.alive(service) if i.instance_id not in busy]
 
-    def _prepare_buffer(self, run_id: str, stage: int, config: RunConfig, address: str) -> None:
+    def _prepare_buffer(self, run_id: str, stage: int, config: RunConfig, address: str, *, resuming: bool) -> None:
+        """The stage's streams and task sets (kept as they are where they exist: a relaunch continues them), and its
+        offline data, loaded once: not again when a paused run resumes."""
         with BufferClient(address, timeout=600) as buffer:
             stream = config.buffer.experience_stream
             stream_name = naming.experience_stream(run_id, stage, stream.name)
@@ -131,7 +134,7 @@ class Stages:
                 mixing = config.buffer.mixing
                 buffer.create_mixture(MixtureConfig(name=naming.mixture(run_id, stage), members=members, mixing=mixing))
             offline = config.buffer.offline_data
-            if offline is not None and config.mode == RunMode.TRAIN:
+            if offline is not None and config.mode == RunMode.TRAIN and not resuming:
                 kind = (
                     common_pb2.EXPERIENCE_KIND_PREFERENCE
                     if config.algorithm.preset.data_kind == "preference"
@@ -200,6 +203,7 @@ class Stages:
             del run.finished[:]
             run.explorers = 0  # a stage starts with the explorers its config names (ScaleRun scales one stage)
             del run.leaving[:]
+            run.resuming = False  # a new stage starts afresh, whatever the last one went through
         starting = f"stage {run.stage} starting from {self.ledger.stage_config(run).model.path}"
         self.ledger.event(run.id, gateway_pb2.EVENT_KIND_STATE, message=starting, state=RUNNING)
         failpoint("gateway.stage")  # the ledger is in the next stage, whose services have not been started

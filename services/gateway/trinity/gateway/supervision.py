@@ -10,6 +10,7 @@ import grpc
 from trinity.clients import BufferClient
 from trinity.config import naming
 from trinity.gateway.ledger import ROLE_EXPLORER, ROLE_TRAINER, RUNNING, RunLedger, all_finished
+from trinity.gateway.pausing import PAUSED, Pauser
 from trinity.gateway.runs import TERMINAL
 from trinity.gateway.stages import Stages
 from trinity.runtime.errors import one_line
@@ -25,8 +26,8 @@ ABSENT_SECONDS = 5.0
 
 
 class Supervisor:
-    def __init__(self, ledger: RunLedger, stages: Stages, recovery_seconds: float) -> None:
-        self.ledger, self.stages = ledger, stages
+    def __init__(self, ledger: RunLedger, stages: Stages, pauser: Pauser, recovery_seconds: float) -> None:
+        self.ledger, self.stages, self.pauser = ledger, stages, pauser
         self.recovery_seconds = recovery_seconds
         self._absent_since: dict[tuple[str, str], int] = {}  # (run, instance) -> unix ms it was first seen absent
 
@@ -56,24 +57,34 @@ class Supervisor:
         self._absent_since = absent
 
     def lose(self, run_id: str, instance_id: str, why: str) -> None:
-        """Take a lost instance's work back (leased tasks, the batch it read) and wait for a replacement."""
+        """Take a lost instance's work back (leased tasks, the batch it read) and wait for a replacement; one of a
+        paused run stopped as asked, or died stopping: it is freed instead."""
         with self.ledger.change(run_id) as run:
             role = run.assignments.get(instance_id)
             if run.state in TERMINAL or role is None or instance_id in run.finished or instance_id in run.lost_unix_ms:
                 return
-            run.lost_unix_ms[instance_id] = self.ledger.clock()
+            paused = run.state == PAUSED
+            if not paused:
+                run.lost_unix_ms[instance_id] = self.ledger.clock()
+        if paused:
+            self._hand_back_quietly(run, instance_id, role)
+            self.pauser.release(run_id, instance_id)
+            return
         leaving = instance_id in run.leaving  # asked to leave (ScaleRun): gone as asked, dropped by `recover`
         self.ledger.note(run_id, f"{role} {instance_id} " + ("left (run scaled down)" if leaving else f"lost ({why})"))
-        try:
-            self._hand_back(run, instance_id, role)
-        except grpc.RpcError as err:  # the buffer is down too: the replacement reclaims them itself
-            log.warning("run.hand_back_failed", run_id=run_id, instance=instance_id, error=one_line(err))
+        self._hand_back_quietly(run, instance_id, role)
         if leaving:
             return  # no sync member since it was asked to leave: the generation stands
         group = self.ledger.sync_groups.close(run_id, 0)
         if group is not None:
             closed = f"sync group generation {group.generation} closed"
             self.ledger.event(run_id, gateway_pb2.EVENT_KIND_WEIGHTS, message=closed)
+
+    def _hand_back_quietly(self, run: gateway_pb2.Run, instance_id: str, role: str) -> None:
+        try:
+            self._hand_back(run, instance_id, role)
+        except grpc.RpcError as err:  # the buffer is down too: the replacement reclaims them itself
+            log.warning("run.hand_back_failed", run_id=run.id, instance=instance_id, error=one_line(err))
 
     def _hand_back(self, run: gateway_pb2.Run, instance_id: str, role: str) -> None:
         buffers = self.ledger.registry.alive("buffer")

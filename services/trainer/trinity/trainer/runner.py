@@ -106,7 +106,8 @@ class TrainerRunner(ReportingRunner):
         if reason == explorer_pb2.STOP_REASON_INPUT_EXHAUSTED:
             self._drain.set()
         else:
-            self._leaving = reason == explorer_pb2.STOP_REASON_SHUTDOWN
+            # The run goes on elsewhere, or later (paused): checkpoint, no final export.
+            self._leaving = reason in (explorer_pb2.STOP_REASON_SHUTDOWN, explorer_pb2.STOP_REASON_PAUSED)
             self._stop.set()
 
     def join(self, timeout: float | None = None) -> None:
@@ -142,17 +143,17 @@ class TrainerRunner(ReportingRunner):
             final = self._run()
             if final is None:
                 self.state = "stopped"
-                self._report(
-                    gateway_pb2.EVENT_KIND_LEAVING, message=f"trainer shutting down; checkpoint at step {self.step}"
-                )
+                self._report(gateway_pb2.EVENT_KIND_LEAVING, message=f"trainer leaving; checkpoint at step {self.step}")
             else:
                 self.state = "finished"
                 self._report(
                     gateway_pb2.EVENT_KIND_FINISHED, message=f"final model: {final}", final_model_path=str(final)
                 )
-        except FormingStopped as stopped:  # the run ended elsewhere; it has reported why
+        except FormingStopped as stopped:  # the run ended elsewhere (it has reported why), or was paused
             log.info("trainer.stopped", run_id=self.run_id, detail=str(stopped))
             self.state = "stopped"
+            if self._leaving:  # nothing trained since the checkpoint it resumed from: the gateway frees it
+                self._report(gateway_pb2.EVENT_KIND_LEAVING, message=f"trainer leaving; checkpoint at step {self.step}")
         except Exception as err:
             log.exception("trainer.failed", run_id=self.run_id)
             self.state = "failed"
@@ -230,8 +231,14 @@ class TrainerRunner(ReportingRunner):
                 metrics["expert_samples"] = float(experts)
             self._commit(backend, entry_ids)
             if self.publisher is not None and self.step % cfg.synchronizer.sync_interval == 0:
-                with spans.timed(gateway_pb2.PHASE_PUBLISH_WEIGHTS, step=step, model_version=self.model_version):
-                    metrics.update(self.publisher.publish(self.model_version, backend.named_weights))
+                try:
+                    with spans.timed(gateway_pb2.PHASE_PUBLISH_WEIGHTS, step=step, model_version=self.model_version):
+                        metrics.update(self.publisher.publish(self.model_version, backend.named_weights))
+                except FormingStopped:
+                    if not self._leaving:
+                        raise
+                    # Paused (or shutting down) while the next generation formed: this step is checkpointed below
+                    # and its weights go out with the first publish after the run resumes.
             record_step(metrics)
             self._report(gateway_pb2.EVENT_KIND_TRAIN, step=self.step, metrics=metrics)
             self._check_consistency(metrics)
