@@ -205,9 +205,25 @@ class TrainerRunner(ReportingRunner):
             workers = f"{cfg.explorer.num_workers} explorer worker" + ("s" if cfg.explorer.num_workers > 1 else "")
             with self.reporter.phase(gateway_pb2.PHASE_SYNC_FORM, step=0, model_version=0, detail=workers):
                 self.publisher.open()
-        total = cfg.buffer.total_steps
         spans = self.reporter.spans
-        while self.step < total and not self._stop.is_set():
+        try:
+            self._train(backend)
+        except FormingStopped:
+            if not self._leaving:
+                raise
+            # Paused (or shutting down) while re-forming the sync group between steps: what it trained is
+            # checkpointed below.
+        with spans.timed(gateway_pb2.PHASE_CHECKPOINT, step=self.step, model_version=self.model_version):
+            self._commit(backend, {}, checkpoint=True)  # the final state is a checkpoint too: resume continues from it
+        if self._leaving:
+            return None
+        with spans.timed(gateway_pb2.PHASE_EXPORT, step=self.step, model_version=self.model_version):
+            return backend.save_hf(self.stage_dir / "final")
+
+    def _train(self, backend: TrainerBackend) -> None:
+        """Train steps until the last, a stop, or the end of the input (draining)."""
+        cfg, spans = self.config, self.reporter.spans
+        while self.step < cfg.buffer.total_steps and not self._stop.is_set():
             reading = now_ms()
             batch = self._read_batch(backend)
             if batch is None:
@@ -237,17 +253,11 @@ class TrainerRunner(ReportingRunner):
                 except FormingStopped:
                     if not self._leaving:
                         raise
-                    # Paused (or shutting down) while the next generation formed: this step is checkpointed below
-                    # and its weights go out with the first publish after the run resumes.
+                    # Paused (or shutting down) while the next generation formed: the step is reported and
+                    # checkpointed as the loop ends; its weights go out with the first publish after a resume.
             record_step(metrics)
             self._report(gateway_pb2.EVENT_KIND_TRAIN, step=self.step, metrics=metrics)
             self._check_consistency(metrics)
-        with spans.timed(gateway_pb2.PHASE_CHECKPOINT, step=self.step, model_version=self.model_version):
-            self._commit(backend, {}, checkpoint=True)  # the final state is a checkpoint too: resume continues from it
-        if self._leaving:
-            return None
-        with spans.timed(gateway_pb2.PHASE_EXPORT, step=self.step, model_version=self.model_version):
-            return backend.save_hf(self.stage_dir / "final")
 
     def _with_model_dir(self) -> RunConfig:
         """The run config with its model directory; a built-in model is converted on its first use here."""
