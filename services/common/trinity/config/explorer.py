@@ -253,7 +253,9 @@ class ExplorerConfig(_Section):
     )
     judge: JudgeConfig | None = Field(default=None, description="judge model of the judge rewards; unset = none")
     eval_interval: int = Field(default=0, ge=0, description="evaluate every N weight versions; 0 = never")
-    eval_on_start: bool = Field(default=True, description="evaluate the starting weights before exploring")
+    eval_on_start: bool = Field(
+        default=True, description="evaluate the starting weights (after the first batch, beside the first train step)"
+    )
     eval_temperature: float = Field(default=1.0, ge=0, description="evaluation (and bench) sampling temperature")
     eval_repeat_times: int = Field(default=1, ge=1, description="samples per evaluated task (the k of pass@k)")
     # serve mode (trinity.explorer.openai_api): the OpenAI-compatible HTTP endpoint agents call

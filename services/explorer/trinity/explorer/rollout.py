@@ -2,7 +2,8 @@
 
 Explore step k needs weights of version >= required_version(k) (synchronous when sync_offset is 0,
 one step ahead when 1, ...); in mode `explore` there is no trainer and any version serves. The held-out
-task sets are evaluated at the start, every `explorer.eval_interval` versions, and at the end.
+task sets are evaluated at the start (the starting weights, once the first batch is put), every
+`explorer.eval_interval` versions, and at the end.
 
 In mode `both` the explorer counts train batches, not explore steps: when the stream's operators drop
 experiences (DAPO's dynamic sampling drops groups without reward signal) it explores on until the stream
@@ -111,8 +112,9 @@ def run(ctx: ExplorerContext) -> str:
         # A replacement explorer continues the run's step count (and so its version requirement).
         ctx.step = int(ctx.gateway.get_run(ctx.run_id).explore_step)
         ctx.start_weight_feed()
-    if cfg.explorer.eval_on_start and cfg.buffer.eval_tasksets and ctx.step == 0:  # not again by a replacement
-        _evaluate(ctx)
+    # The starting weights are evaluated once the first batch is in the stream, not before it: the trainer's first
+    # step then runs beside the evaluation instead of after it. Not again by a replacement.
+    evaluate_start = cfg.explorer.eval_on_start and bool(cfg.buffer.eval_tasksets) and ctx.step == 0
     last_eval_version = 0
     source = ctx.train_tasks()  # the one train task set, or the mixture of several
     names = {name: section.name for name, section in train.items()}
@@ -162,6 +164,9 @@ def run(ctx: ExplorerContext) -> str:
         lost = [task_id for keeper in keepers for task_id in keeper.lost]
         _report_step(ctx, rollouts, put, time.perf_counter() - started, fed, lost, names)
         ctx.step += 1
+        if evaluate_start:  # still the starting weights: new ones are applied only as a step begins
+            evaluate_start = False
+            _evaluate(ctx)
         interval = cfg.explorer.eval_interval
         if interval and cfg.buffer.eval_tasksets and ctx.model_version - last_eval_version >= interval:
             ctx.apply_staged_weights()
@@ -169,6 +174,8 @@ def run(ctx: ExplorerContext) -> str:
             last_eval_version = ctx.model_version
     if ctx.abandoned:
         return "explorer stopped"
+    if evaluate_start:  # no step was explored (the task set was empty or taken by others)
+        _evaluate(ctx)
     if budget.capped(ctx.step, fed):
         ctx.report(
             gateway_pb2.EVENT_KIND_LOG,
