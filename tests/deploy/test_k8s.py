@@ -51,15 +51,26 @@ def overlay(request, k8s) -> tuple[str, dict]:
     return request.param, render(k8s / "overlays" / request.param)
 
 
-@pytest.fixture(scope="module")
-def tls_overlay(k8s) -> dict:
-    """An operator's overlay: the CPU one plus the mutual-TLS component."""
-    mine = k8s.parent / "mine"
+def _with_component(k8s: Path, component: str) -> dict:
+    """An operator's overlay: the CPU one plus `component`, rendered."""
+    mine = k8s.parent / f"with-{component}"
     mine.mkdir()
     (mine / "kustomization.yaml").write_text(
-        yaml.safe_dump({"resources": ["../k8s/overlays/cpu"], "components": ["../k8s/components/tls"]})
+        yaml.safe_dump({"resources": ["../k8s/overlays/cpu"], "components": [f"../k8s/components/{component}"]})
     )
     return render(mine)
+
+
+@pytest.fixture(scope="module")
+def tls_overlay(k8s) -> dict:
+    """The CPU overlay plus the mutual-TLS component."""
+    return _with_component(k8s, "tls")
+
+
+@pytest.fixture(scope="module")
+def tenants_overlay(k8s) -> dict:
+    """The CPU overlay plus the tenants component."""
+    return _with_component(k8s, "tenants")
 
 
 @pytest.fixture(scope="module", params=OVERLAYS)
@@ -240,6 +251,20 @@ def test_the_tls_component_probes_with_the_health_check_that_speaks_tls(tls_over
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             assert "grpc" not in container[probe], (service, probe)  # native gRPC probes are plaintext only
             assert container[probe]["exec"]["command"] == PROBE, (service, probe)
+
+
+def test_the_tenants_component_gives_the_gateway_alone_the_tenants_file(tenants_overlay):
+    _validate(tenants_overlay)
+    pod = tenants_overlay[("Deployment", "gateway")]["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["tenants"]["configMap"]["name"] == "trinity-tenants"
+    mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["tenants"]["mountPath"] == "/etc/trinity/tenants" and mounts["tenants"]["readOnly"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["TRINITY_TENANTS_FILE"] == "/etc/trinity/tenants/tenants.yaml"  # the key `--from-file` makes
+    for service in set(SERVICES) - {"gateway"}:
+        names = {e["name"] for e in _container(tenants_overlay, service).get("env", [])}
+        assert "TRINITY_TENANTS_FILE" not in names, service
 
 
 def test_one_trackers_pod_writes_to_the_shared_volume_with_the_operators_tracker_settings(overlay):

@@ -34,18 +34,23 @@ def harness(own_redis, buffer_service) -> Iterator[Gateway]:
 
 
 @pytest.fixture
-def add_explorer(harness) -> Iterator[Callable[[], FakeService]]:
-    """Another explorer process registers with the gateway, free for any run."""
+def add_service(harness) -> Iterator[Callable[[str], FakeService]]:
+    """Another explorer or trainer process registers with the gateway, free for any run."""
     added: list[FakeService] = []
 
-    def add() -> FakeService:
-        added.append(FakeService("explorer"))
+    def add(service: str) -> FakeService:
+        added.append(FakeService(service))
         harness.register(added[-1], started=1)
         return added[-1]
 
     yield add
     for fake in added:
         fake.server.stop(None)
+
+
+@pytest.fixture
+def add_explorer(add_service) -> Callable[[], FakeService]:
+    return lambda: add_service("explorer")
 
 
 @pytest.fixture

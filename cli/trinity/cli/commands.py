@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trinity.cli import preflight
-from trinity.cli.argtypes import positive
+from trinity.cli.argtypes import int_between, positive
 from trinity.cli.check import add_check_command
 from trinity.config import RunConfig, load_run_config, naming
 from trinity.config.modes import RunMode
 from trinity.config.run import MonitorConfig
+from trinity.runtime.tenants import MAX_PRIORITY
 
 if TYPE_CHECKING:
     from trinity.cli.launcher import LocalStack
@@ -231,7 +232,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     config = preflight.submitted_run(load_run_config(args.config))
     with TrinityClient(args.gateway) as client:
-        handle = client.create_run(config.model_dump_json())
+        handle = client.create_run(config.model_dump_json(), priority=args.priority)
         print(f"run {handle.id} submitted", flush=True)
         if not args.follow:
             return 0
@@ -318,6 +319,13 @@ def add_commands(commands: Any) -> None:
     submit.add_argument("--config", required=True)
     submit.add_argument("--gateway", default="127.0.0.1:50051")
     submit.add_argument("--follow", action="store_true", help="print events until the run ends")
+    submit.add_argument(
+        "--priority",
+        type=int_between(0, MAX_PRIORITY),
+        default=0,
+        metavar="N",
+        help=f"place in the gateway's queue, 0-{MAX_PRIORITY}, higher starts first (docs/tenants.md)",
+    )
     submit.set_defaults(handler=cmd_submit)
 
     runs = commands.add_parser("runs", help="list runs; show, cancel, pause or resume one, or scale its explorers")

@@ -23,10 +23,12 @@ TERMINAL = {gateway_pb2.RUN_STATE_SUCCEEDED, gateway_pb2.RUN_STATE_FAILED, gatew
 DEFAULT_GATEWAY = "127.0.0.1:50051"
 
 
-def _create_request(config: str | Path | dict[str, Any], run_id: str) -> gateway_pb2.CreateRunRequest:
+def _create_request(config: str | Path | dict[str, Any], run_id: str, priority: int) -> gateway_pb2.CreateRunRequest:
     """A CreateRun with a request id of its own: gRPC retries a call whose connection dropped (retry policy of
     `trinity.runtime.client`), and the gateway answers the retry with the run the first attempt created."""
-    return gateway_pb2.CreateRunRequest(config_yaml=config_text(config), run_id=run_id, request_id=uuid.uuid4().hex)
+    return gateway_pb2.CreateRunRequest(
+        config_yaml=config_text(config), run_id=run_id, request_id=uuid.uuid4().hex, priority=priority
+    )
 
 
 def config_text(config: str | Path | dict[str, Any]) -> str:
@@ -186,8 +188,11 @@ class TrinityClient:
         except grpc.RpcError as err:
             raise translate(err, self.target) from None
 
-    def create_run(self, config: str | Path | dict[str, Any], run_id: str = "") -> RunHandle:
-        run = self._call("CreateRun", _create_request(config, run_id))
+    def create_run(self, config: str | Path | dict[str, Any], run_id: str = "", priority: int = 0) -> RunHandle:
+        """Queue a run: pending runs start by `priority` (0-100, higher first; at most the token's tenant's
+        `max_priority`), then in the order they came (docs/tenants.md). QuotaExceeded beyond the tenant's quotas,
+        NotPermitted above its max_priority, InvalidRequest for a bad config or a priority out of 0-100."""
+        run = self._call("CreateRun", _create_request(config, run_id, priority))
         return RunHandle(self, run.id)
 
     def run(self, run_id: str) -> RunHandle:
@@ -330,8 +335,11 @@ class AsyncTrinityClient:
         except grpc.RpcError as err:
             raise translate(err, self.target) from None
 
-    async def create_run(self, config: str | Path | dict[str, Any], run_id: str = "") -> AsyncRunHandle:
-        run = await self._call("CreateRun", _create_request(config, run_id))
+    async def create_run(
+        self, config: str | Path | dict[str, Any], run_id: str = "", priority: int = 0
+    ) -> AsyncRunHandle:
+        """As TrinityClient.create_run."""
+        run = await self._call("CreateRun", _create_request(config, run_id, priority))
         return AsyncRunHandle(self, run.id)
 
     async def list_runs(self) -> list[gateway_pb2.Run]:

@@ -26,6 +26,16 @@ class RunNotFound(TrinityError):
     pass
 
 
+class QuotaExceeded(TrinityError):
+    """The gateway refused what would go beyond a quota or a limit (RESOURCE_EXHAUSTED): a tenant's quota (the
+    message names the tenant and the quota), the gateway's limit on runs, a Redis out of memory."""
+
+
+class NotPermitted(TrinityError):
+    """The caller's token may not do this (PERMISSION_DENIED): another tenant's run, a priority above the tenant's
+    max_priority, or a call only the services make."""
+
+
 class GatewayUnavailable(TrinityError):
     pass
 
@@ -38,6 +48,10 @@ def translate(err: grpc.RpcError, target: str) -> TrinityError:
         return RunNotFound(details)
     if code == grpc.StatusCode.FAILED_PRECONDITION:
         return RunConflict(details)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return QuotaExceeded(details)
+    if code == grpc.StatusCode.PERMISSION_DENIED:
+        return NotPermitted(details)
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         return GatewayUnavailable(f"gateway at {target} is not answering ({code.name}); is `trinity serve gateway` up?")
     if code == grpc.StatusCode.UNAUTHENTICATED:

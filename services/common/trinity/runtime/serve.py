@@ -15,6 +15,9 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
+from trinity.config.errors import format_validation_error
 from trinity.runtime.logging import configure_logging, get_logger
 from trinity.runtime.settings import ServiceSettings
 
@@ -23,6 +26,7 @@ if TYPE_CHECKING:
 
 SERVICE_GROUP = "trinity.services"
 PARENT_ENV = "TRINITY_DIE_WITH_PARENT"
+EXIT_BAD_SETTINGS = 2
 
 
 def installed_services() -> dict[str, str]:
@@ -118,6 +122,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_serve_arguments(parser)
     try:
         return serve(parser.parse_args(argv))
+    except ValidationError as err:  # a bad TRINITY_* setting: one line naming it, and exit 2 as `trinity serve` does
+        print(f"trinity-serve: invalid settings\n{format_validation_error(err)}", file=sys.stderr)
+        return EXIT_BAD_SETTINGS
     except KeyboardInterrupt:
         return 130
 

@@ -37,6 +37,7 @@ from grpc_reflection.v1alpha import reflection
 from trinity.runtime.corrupt import CorruptRequestInterceptor
 from trinity.runtime.logging import get_logger
 from trinity.runtime.settings import ServiceSettings
+from trinity.runtime.tenants import TenantBook
 
 log = get_logger(__name__)
 
@@ -54,18 +55,19 @@ _SERVER_OPTIONS = [
 
 
 class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
-    """Rejects calls without `authorization: Bearer <token>` with UNAUTHENTICATED (on the loop: no thread)."""
+    """Rejects calls without `authorization: Bearer <token>` with UNAUTHENTICATED (on the loop: no thread). The
+    token is the service's own, or a tenant's (`tenants`), which may call only `tenant_methods` (PERMISSION_DENIED
+    for the rest: what services say to each other is theirs)."""
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, tenants: TenantBook | None = None, tenant_methods: frozenset[str] = frozenset()):
         self._expected = f"Bearer {token}".encode()
-
-        async def deny(_request: Any, context: grpc.aio.ServicerContext) -> None:
-            await context.abort(
-                grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token (set TRINITY_AUTH_TOKEN)"
-            )
-
-        self._deny = grpc.unary_unary_rpc_method_handler(deny)
-        self._deny_stream = grpc.unary_stream_rpc_method_handler(deny)
+        self._tenants, self._tenant_methods = tenants or TenantBook(), tenant_methods
+        self._unauthenticated = _denial(
+            grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token (set TRINITY_AUTH_TOKEN)"
+        )
+        self._services_only = _denial(
+            grpc.StatusCode.PERMISSION_DENIED, "a tenant's token may call only the runs API; this is the services'"
+        )
 
     async def intercept_service(
         self,
@@ -76,13 +78,24 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
         if method.startswith(_OPEN_PREFIXES):
             return await continuation(handler_call_details)
         metadata = dict(handler_call_details.invocation_metadata or ())
-        presented = str(metadata.get("authorization", "")).encode()
-        if hmac.compare_digest(presented, self._expected):
+        presented = str(metadata.get("authorization", ""))
+        if hmac.compare_digest(presented.encode(), self._expected):
             return await continuation(handler_call_details)
+        tenant = self._tenants.caller(presented)
+        if tenant is not None and method in self._tenant_methods:
+            return await continuation(handler_call_details)
+        unary, stream = self._unauthenticated if tenant is None else self._services_only
         handler = await continuation(handler_call_details)
-        if handler is not None and handler.response_streaming:
-            return self._deny_stream
-        return self._deny
+        return stream if handler is not None and handler.response_streaming else unary
+
+
+def _denial(code: grpc.StatusCode, message: str) -> tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]:
+    """Handlers (unary, server-streaming) that refuse every call with `code`."""
+
+    async def deny(_request: Any, context: grpc.aio.ServicerContext) -> None:
+        await context.abort(code, message)
+
+    return grpc.unary_unary_rpc_method_handler(deny), grpc.unary_stream_rpc_method_handler(deny)
 
 
 class MethodAwarePool:
@@ -124,13 +137,16 @@ class ServiceRegistration:
 
     `on_shutdown` runs after the drain; `on_shutdown_async` then runs on the server's loop, for what the
     coroutine handlers used there (redis.asyncio clients). `current_run`: the run and stage a service that runs
-    runs was last started on (`RunHost.current_run`), for its heartbeats."""
+    runs was last started on (`RunHost.current_run`), for its heartbeats. `tenants`: callers whose tokens the server
+    accepts besides its own, for the full method names in `tenant_methods` only (the gateway's runs API)."""
 
     add_to_server: Callable[[grpc.aio.Server], None]
     service_names: Iterable[str]
     on_shutdown: Callable[[], None] | None = None
     on_shutdown_async: Callable[[], Coroutine[Any, Any, None]] | None = None
     current_run: Callable[[], tuple[str, int]] | None = None
+    tenants: TenantBook | None = None
+    tenant_methods: frozenset[str] = frozenset()
 
 
 T = TypeVar("T")
@@ -175,7 +191,9 @@ class GrpcServer:
         # The token is checked first: an unauthenticated caller learns nothing, not even that its bytes parse.
         interceptors: list[grpc.aio.ServerInterceptor] = [CorruptRequestInterceptor()]
         if self.settings.auth_token:
-            interceptors.insert(0, BearerTokenInterceptor(self.settings.auth_token))
+            registration = self._registration
+            token = BearerTokenInterceptor(self.settings.auth_token, registration.tenants, registration.tenant_methods)
+            interceptors.insert(0, token)
         return grpc.aio.server(
             migration_thread_pool=self._pool,
             interceptors=interceptors,

@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from pathlib import Path
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from trinity.runtime.limits import MAX_ACTIVE_RUNS
+from trinity.runtime.tenants import TenantsFile, token_sha256
 from trinity.runtime.tls import TlsSettings
 
 
@@ -32,6 +35,11 @@ def auth_token(explicit: str | None = None) -> str | None:
     written by `echo` ends in a newline), empty means none."""
     token = (explicit if explicit is not None else os.environ.get("TRINITY_AUTH_TOKEN", "")).strip()
     return token or None
+
+
+def _load_tenants(value: object) -> object:
+    """A path (TRINITY_TENANTS_FILE) is read here, so that a bad file stops the process at start, naming its field."""
+    return TenantsFile.load(value) if isinstance(value, (str, Path)) else value
 
 
 class ServiceSettings(BaseModel):
@@ -76,6 +84,21 @@ class ServiceSettings(BaseModel):
         default="trackers",
         description="trackers: where TensorBoard, MLflow's file store and W&B write (relative: to the working folder)",
     )
+    tenants_file: Annotated[TenantsFile | None, BeforeValidator(_load_tenants)] = Field(
+        default=None,
+        description="gateway: named tokens with quotas, a YAML file (TRINITY_TENANTS_FILE; docs/tenants.md)",
+    )
+
+    @model_validator(mode="after")
+    def _tenants_need_the_operator_token(self) -> ServiceSettings:
+        if self.tenants_file is None or not self.tenants_file.tenants:
+            return self
+        # Without a service token no interceptor runs: every caller would be let in as the operator.
+        if self.auth_token is None:
+            raise ValueError("tenants_file: tenants need TRINITY_AUTH_TOKEN, the operator's token, to be set too")
+        if token_sha256(self.auth_token) in self.tenants_file.digests():
+            raise ValueError("tenants_file: a tenant's token_sha256 is the digest of TRINITY_AUTH_TOKEN")
+        return self
 
     def advertised_address(self, port: int) -> str:
         """host:port as other services should dial it (a wildcard bind advertises the hostname)."""
@@ -102,6 +125,8 @@ class ServiceSettings(BaseModel):
             "recovery_seconds": float(_env("RECOVERY_SECONDS", "300")),
             "max_active_runs": int(_env("MAX_ACTIVE_RUNS", str(MAX_ACTIVE_RUNS))),
             "trackers_dir": _env("TRACKERS_DIR", "trackers"),
+            # Only the gateway reads it: a variable shared by every container must not need the file everywhere.
+            "tenants_file": (os.environ.get("TRINITY_TENANTS_FILE") or None) if service == "gateway" else None,
         }
         if os.environ.get("TRINITY_INSTANCE_ID"):
             values["instance_id"] = os.environ["TRINITY_INSTANCE_ID"]

@@ -17,6 +17,7 @@ from trinity.gateway.runs import TERMINAL, RunStore
 from trinity.gateway.sync_groups import SyncGroups
 from trinity.runtime.client import open_channel
 from trinity.runtime.logging import get_logger
+from trinity.runtime.tenants import TenantBook
 from trinity.v1 import common_pb2, explorer_pb2, explorer_pb2_grpc, gateway_pb2, trainer_pb2_grpc
 
 log = get_logger(__name__)
@@ -39,10 +40,23 @@ def all_finished(run: gateway_pb2.Run, role: str) -> bool:
     return role in run.assignments.values() and not unfinished(run, role)
 
 
+def active_explorers(run: gateway_pb2.Run) -> list[str]:
+    """The run's explorers that are assigned and not asked to leave: the members its sync generations wait for."""
+    return sorted(i for i, role in run.assignments.items() if role == ROLE_EXPLORER and i not in run.leaving)
+
+
 class RunLedger:
-    def __init__(self, runs: RunStore, registry: InstanceRegistry, sync_groups: SyncGroups, clock: Callable[[], int]):
+    def __init__(
+        self,
+        runs: RunStore,
+        registry: InstanceRegistry,
+        sync_groups: SyncGroups,
+        clock: Callable[[], int],
+        tenants: TenantBook | None = None,
+    ):
         self.runs, self.registry, self.sync_groups = runs, registry, sync_groups
         self.clock = clock  # unix ms: injectable, so that tests step past deadlines instead of sleeping
+        self.tenants = tenants or TenantBook()  # their quotas bound what their runs take (trinity.gateway.queue)
         self.stopping = threading.Event()  # this gateway shuts down: nothing starts waiting any more
         self.lock = threading.RLock()  # reports, the monitor and launches change runs from several threads
 

@@ -4,6 +4,7 @@ events to the parts that each do one job (ledger, stages, supervision, steering)
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 
@@ -13,14 +14,16 @@ from trinity.config.resolved import resolved_run
 from trinity.gateway.ledger import ROLE_TRAINER, RunLedger
 from trinity.gateway.pausing import Pauser
 from trinity.gateway.registry import InstanceRegistry
-from trinity.gateway.runs import TERMINAL, RunStore, now_ms
+from trinity.gateway.runs import TERMINAL, Queued, RunStore, now_ms
 from trinity.gateway.scaling import Scaler, active_explorers
 from trinity.gateway.stages import Stages
 from trinity.gateway.supervision import Supervisor
 from trinity.gateway.sync_groups import SyncGroups
+from trinity.gateway.tenants import check_config, check_priority, check_runs
 from trinity.runtime.errors import InvalidArgument, NotFound
 from trinity.runtime.events import kind_name
 from trinity.runtime.logging import get_logger
+from trinity.runtime.tenants import OPERATOR, Tenant, TenantBook
 from trinity.v1 import explorer_pb2, gateway_pb2
 
 log = get_logger(__name__)
@@ -53,10 +56,12 @@ class Orchestrator:
         recovery_seconds: float = 300.0,
         clock: Callable[[], int] = now_ms,
         spawn: Callable[..., None] = in_thread,
+        tenants: TenantBook | None = None,
     ) -> None:
         """`clock` (unix ms) times the deadlines; `spawn` runs what a reported event sets off (a failure, a
-        finished part, a departure) so that the reporting service's call returns at once."""
-        self.ledger = RunLedger(runs, registry, sync_groups, clock)
+        finished part, a departure) so that the reporting service's call returns at once; `tenants` are the named
+        tokens whose quotas bound their runs (docs/tenants.md)."""
+        self.ledger = RunLedger(runs, registry, sync_groups, clock, tenants)
         self.stages = Stages(self.ledger, assign_timeout)
         self.pauser = Pauser(self.ledger, self.stages)
         self.supervisor = Supervisor(self.ledger, self.stages, self.pauser, recovery_seconds)
@@ -64,13 +69,27 @@ class Orchestrator:
         self._spawn = spawn
         self._monitor_thread: threading.Thread | None = None
 
-    def create_run(self, config_text: str, run_id: str = "", request_id: str = "") -> gateway_pb2.Run:
+    def create_run(
+        self,
+        config_text: str,
+        run_id: str = "",
+        request_id: str = "",
+        *,
+        caller: Tenant = OPERATOR,
+        priority: int = 0,
+    ) -> gateway_pb2.Run:
+        """Queue a run of `caller` at `priority`, within its tenant's quotas (trinity.gateway.tenants)."""
+        check_priority(caller, priority)
         try:
             config = parse_run_config(config_text)
             resolved_run(config)  # every stage validates and resolves, as `trinity check` shows it
         except ConfigError as err:
             raise InvalidArgument("", f"invalid run config: {err}") from None
-        run, created = self.ledger.runs.create_once(config.name, config.model_dump_json(), run_id, request_id)
+        check_config(caller, config)
+        queued = Queued(caller.name, priority, admit=functools.partial(check_runs, caller))
+        run, created = self.ledger.runs.create_once(
+            config.name, config.model_dump_json(), run_id, request_id, queue=queued
+        )
         if created:  # else a retry of the request that created it, which has said so
             self.ledger.event(run.id, gateway_pb2.EVENT_KIND_STATE, message="run accepted", state=run.state)
         return run  # the monitor launches it once its services are free

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 from typing import cast
 
 import redis
@@ -46,6 +48,16 @@ TIMELINE_SPANS = 20_000
 CREATE_REQUEST_SECONDS = 24 * 3600
 # A repeated CreateRun waits this long for the first one to write the run it named (a few Redis round trips).
 CREATE_REQUEST_WAIT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Queued:
+    """Who queues a new run, at what priority, and what must hold for it to be created (a tenant's runs quota,
+    checked against every run)."""
+
+    tenant: str = ""
+    priority: int = 0
+    admit: Callable[[list[gateway_pb2.Run]], None] = lambda _runs: None
 
 
 def now_ms() -> int:
@@ -116,18 +128,25 @@ class RunStore:
         self.timeline_spans = timeline_spans
         self._feeds: dict[str, _Feed] = {}  # run id -> the feed its watchers share (touched on the loop only)
         self._append_once = client.register_script(_APPEND_ONCE)
+        self._creating = threading.Lock()
 
     def create(self, name: str, config_json: str, run_id: str = "") -> gateway_pb2.Run:
         return self.create_once(name, config_json, run_id)[0]
 
     def create_once(
-        self, name: str, config_json: str, run_id: str = "", request_id: str = ""
+        self,
+        name: str,
+        config_json: str,
+        run_id: str = "",
+        request_id: str = "",
+        *,
+        queue: Queued = Queued(),
     ) -> tuple[gateway_pb2.Run, bool]:
         """The new run, and True; or, for a `request_id` seen before (a retried CreateRun), the run that request
-        created, and False."""
+        created, and False. A new run is `queue.admit`ted first (a retry is not: its run counts already)."""
         run_id = run_id or f"{name}-{uuid.uuid4().hex[:8]}"
         if not request_id:
-            return self._create(name, config_json, run_id), True
+            return self._create(name, config_json, run_id, queue), True
         # The first attempt of the request claims it, under a mark of its own: a retried SET of this attempt (a
         # reply lost on the way back from Redis) finds its own mark, another attempt finds the first's.
         attempt, claim = uuid.uuid4().hex, keys.create_request(request_id)
@@ -136,21 +155,25 @@ class RunStore:
         if first != attempt:
             return self._created_by_another(claim, first_run), False
         try:
-            return self._create(name, config_json, run_id), True
+            return self._create(name, config_json, run_id, queue), True
         except BaseException:
             self.client.delete(claim)  # nothing created: a retry of the request starts afresh
             raise
 
-    def _create(self, name: str, config_json: str, run_id: str) -> gateway_pb2.Run:
-        created = now_ms()
+    def _create(self, name: str, config_json: str, run_id: str, queue: Queued) -> gateway_pb2.Run:
         run = gateway_pb2.Run(id=run_id, name=name, state=gateway_pb2.RUN_STATE_PENDING, config_json=config_json)
-        run.created_unix_ms = run.updated_unix_ms = created
-        raw = run.SerializeToString()
-        # A SET that Redis applied but whose reply was lost is sent again by the client (connect_redis) and then
-        # finds its own value: that is this run, not another of the same id.
-        if not self.client.set(keys.run(run_id), raw, nx=True) and self.client.get(keys.run(run_id)) != raw:
-            raise AlreadyExists(f"run {run_id!r} already exists")
-        self.client.zadd(keys.RUNS, {run_id: created})
+        run.tenant, run.priority = queue.tenant, queue.priority
+        # Under a lock: two CreateRuns of one tenant at its runs quota must not both find room.
+        with self._creating:
+            queue.admit(self.all())
+            created = now_ms()
+            run.created_unix_ms = run.updated_unix_ms = run.queued_unix_ms = created
+            raw = run.SerializeToString()
+            # A SET that Redis applied but whose reply was lost is sent again by the client (connect_redis) and then
+            # finds its own value: that is this run, not another of the same id.
+            if not self.client.set(keys.run(run_id), raw, nx=True) and self.client.get(keys.run(run_id)) != raw:
+                raise AlreadyExists(f"run {run_id!r} already exists")
+            self.client.zadd(keys.RUNS, {run_id: created})
         return run
 
     def _created_by_another(self, claim: str, run_id: str) -> gateway_pb2.Run:

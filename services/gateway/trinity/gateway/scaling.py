@@ -2,7 +2,8 @@
 sweep of the monitor moves the run toward it: a free explorer instance is assigned and started as a replacement is
 (it continues the run's explore steps and joins a new sync generation, where the trainer pushes it the current
 weights), and a surplus explorer is asked to leave (`STOP_REASON_SCALED_DOWN`: it finishes its rollout batch, puts
-it, reports `leaving`; the supervisor then hands back what it still held and drops it, never replacing it).
+it, reports `leaving`; the supervisor then hands back what it still held and drops it, never replacing it). Which run
+gets a free explorer, and which gives spare ones back to a pending run, is the queue's plan (trinity.gateway.queue).
 
 The sync generation follows: the gateway sizes each generation by the run's explorers that are assigned and not
 leaving (`SyncGroups.open`), and closes the current one after each change, so the trainer opens the next with the
@@ -13,27 +14,25 @@ from __future__ import annotations
 import grpc
 
 from trinity.config.modes import EXPLORER_MODES
-from trinity.gateway.ledger import ROLE_EXPLORER, ROLE_TRAINER, RUNNING, RunLedger, all_finished
+from trinity.gateway.ledger import ROLE_EXPLORER, ROLE_TRAINER, RUNNING, RunLedger, active_explorers, all_finished
 from trinity.gateway.stages import Stages
+from trinity.gateway.tenants import check_scale
 from trinity.runtime.errors import FailedPrecondition, InvalidArgument, one_line
 from trinity.runtime.limits import MAX_SYNC_WORKERS
 from trinity.runtime.logging import get_logger
+from trinity.runtime.tenants import OPERATOR, Tenant
 from trinity.v1 import explorer_pb2, gateway_pb2
 
 log = get_logger(__name__)
-
-
-def active_explorers(run: gateway_pb2.Run) -> list[str]:
-    """The run's explorers that are assigned and not asked to leave: the members its sync generations wait for."""
-    return sorted(i for i, role in run.assignments.items() if role == ROLE_EXPLORER and i not in run.leaving)
 
 
 class Scaler:
     def __init__(self, ledger: RunLedger, stages: Stages) -> None:
         self.ledger, self.stages = ledger, stages
 
-    def scale(self, run_id: str, explorers: int) -> gateway_pb2.Run:
-        """Record that the run wants `explorers` explorers; the monitor's next sweeps get it there."""
+    def scale(self, run_id: str, explorers: int, caller: Tenant = OPERATOR) -> gateway_pb2.Run:
+        """Record that the run wants `explorers` explorers, within its tenant's quota; the monitor's next sweeps get
+        it there as the pool allows (trinity.gateway.queue)."""
         if not 1 <= explorers <= MAX_SYNC_WORKERS:
             raise InvalidArgument("explorers", f"must be between 1 and {MAX_SYNC_WORKERS}, got {explorers}")
         with self.ledger.change(run_id) as run:  # NOT_FOUND for an unknown run
@@ -45,6 +44,7 @@ class Scaler:
                 raise FailedPrecondition(f"stage {run.stage} of run {run_id} is mode {mode.value}: it has no explorers")
             if all_finished(run, ROLE_TRAINER):
                 raise FailedPrecondition(f"run {run_id} has finished training; its explorers are wrapping up")
+            check_scale(self.ledger, caller, run, explorers)
             before = run.explorers or len(active_explorers(run))
             run.explorers = explorers
         self.ledger.note(run_id, f"explorers scaled from {before} to {explorers}")
@@ -52,18 +52,15 @@ class Scaler:
         return run
 
     def adjust(self, runs: list[gateway_pb2.Run]) -> None:
-        """Move each running run toward the explorers it wants: start free ones, or ask the surplus to leave."""
-        for run in runs:
-            if run.state != RUNNING or not run.explorers or not run.assignments or self.stages.launching(run.id):
-                continue
-            if all_finished(run, ROLE_TRAINER) or any(run.assignments.get(i) == ROLE_EXPLORER for i in run.finished):
-                continue  # the stage is wrapping up: nothing joins or leaves any more
-            have = len(active_explorers(run))
-            for _ in range(run.explorers - have):
-                if not self._join(run.id):
+        """Move running runs toward the explorers they want, as the queue's plan deals them: ask those beyond what a
+        run wants, or the spare a pending run needs, to leave; start free ones on runs that want more."""
+        decided = self.stages.plan(runs)
+        for run_id, (keep, why) in decided.leave.items():
+            self._leave(run_id, keep, why)
+        for run_id, joining in decided.grow.items():
+            for _ in range(joining):
+                if not self._join(run_id):
                     break
-            if have > run.explorers:
-                self._leave(run.id)
 
     def _join(self, run_id: str) -> bool:
         """Assign a free explorer instance to the run and start it; whether one started."""
@@ -89,21 +86,20 @@ class Scaler:
         self._close_generation(run_id, f"explorer {new.instance_id} joined")
         return True
 
-    def _leave(self, run_id: str) -> None:
-        """Ask the surplus explorers to leave: lost ones first (nothing to drain), then the newest ids."""
+    def _leave(self, run_id: str, keep: int, why: str) -> None:
+        """Ask explorers beyond `keep` to leave: lost ones first (nothing to drain), then the newest ids."""
         with self.ledger.change(run_id) as run:
             active = active_explorers(run)
-            surplus = len(active) - run.explorers
+            surplus = len(active) - keep
             if run.state != RUNNING or surplus <= 0:
                 return
             leavers = sorted(active, key=lambda i: (i in run.lost_unix_ms, i), reverse=True)[:surplus]
             run.leaving.extend(leavers)
         for instance_id in leavers:
-            self.ledger.note(run_id, f"explorer {instance_id} leaves ({len(active) - surplus} of {run.explorers})")
+            self.ledger.note(run_id, f"explorer {instance_id} leaves ({keep} of {run.explorers or len(active)}; {why})")
         self._close_generation(run_id, f"explorer(s) {', '.join(leavers)} leaving")
         draining = [i for i in leavers if i not in run.lost_unix_ms]  # a lost one is retired by the next recovery
-        detail = f"run scaled down to {run.explorers} explorer(s)"
-        self.ledger.stop_run(draining, run_id, explorer_pb2.STOP_REASON_SCALED_DOWN, detail)
+        self.ledger.stop_run(draining, run_id, explorer_pb2.STOP_REASON_SCALED_DOWN, why)
 
     def _close_generation(self, run_id: str, why: str) -> None:
         """End the sync generation after a membership change: the trainer opens the next with the run's explorers."""

@@ -15,7 +15,8 @@ from trinity.gateway.registry import InstanceRegistry
 from trinity.gateway.runs import TERMINAL, RunStore
 from trinity.gateway.steering import steer
 from trinity.gateway.sync_groups import SyncGroups
-from trinity.runtime.aio import MAX_WAITS
+from trinity.gateway.tenants import owned, sees
+from trinity.runtime.aio import MAX_WAITS, in_pool
 from trinity.runtime.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -28,9 +29,26 @@ from trinity.runtime.errors import (
 )
 from trinity.runtime.limits import MAX_ACTIVE_RUNS, MAX_CONFIG_BYTES, MAX_PATH_CHARS, MAX_TEXT_CHARS
 from trinity.runtime.status import service_status
+from trinity.runtime.tenants import OPERATOR, Tenant
 from trinity.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
 SERVICES = ("buffer", "explorer", "trainer")
+# What a tenant's token may call (trinity.runtime.server.BearerTokenInterceptor): the runs API and what it reads of
+# the services. The rest (registry, events, sync groups, rank secrets) is what the services say to each other.
+TENANT_METHODS = (
+    "CreateRun",
+    "GetRun",
+    "ListRuns",
+    "CancelRun",
+    "WatchRun",
+    "GetRunSpans",
+    "ScaleRun",
+    "PauseRun",
+    "ResumeRun",
+    "SteerRun",
+    "ListInstances",
+    "GetStatus",
+)
 EVENT_SEQ = re.compile(r"\d{1,20}(-\d{1,20})?")  # a Redis stream entry id, as RunEvent.seq carries it
 
 
@@ -74,20 +92,37 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
                 "wait for one to end or cancel one (trinity runs cancel <id>)"
             )
         bounded(request.request_id, "request_id")
-        return self.orchestrator.create_run(config_text, request.run_id, request.request_id)
+        caller = self._caller(context)
+        return self.orchestrator.create_run(
+            config_text, request.run_id, request.request_id, caller=caller, priority=request.priority
+        )
+
+    def _caller(self, context: grpc.ServicerContext) -> Tenant:
+        """The tenant whose token the call carries, else the operator: the interceptor lets no other token in."""
+        metadata = dict(context.invocation_metadata() or ())
+        return self.orchestrator.ledger.tenants.caller(str(metadata.get("authorization", ""))) or OPERATOR
+
+    def _own(self, run_id: str, context: grpc.ServicerContext) -> str:
+        """`run_id`, set, and a run the caller may act on (PERMISSION_DENIED for another tenant's)."""
+        require(run_id, "run_id")
+        caller = self._caller(context)
+        if not caller.is_operator:
+            owned(caller, self.runs.get(run_id))
+        return run_id
 
     @grpc_errors
     def GetRun(self, request: gateway_pb2.GetRunRequest, context: grpc.ServicerContext) -> Any:
-        return self.runs.get(require(request.run_id, "run_id"))
+        return owned(self._caller(context), self.runs.get(require(request.run_id, "run_id")))
 
     @grpc_errors
     def ListRuns(self, request: gateway_pb2.ListRunsRequest, context: grpc.ServicerContext) -> Any:
-        return gateway_pb2.ListRunsResponse(runs=self.runs.all())
+        caller = self._caller(context)
+        return gateway_pb2.ListRunsResponse(runs=[run for run in self.runs.all() if sees(caller, run)])
 
     @grpc_errors
     def CancelRun(self, request: gateway_pb2.CancelRunRequest, context: grpc.ServicerContext) -> Any:
         reason = bounded(request.reason, "reason", MAX_TEXT_CHARS) or "cancelled by user"
-        return self.orchestrator.cancel(require(request.run_id, "run_id"), reason)
+        return self.orchestrator.cancel(self._own(request.run_id, context), reason)
 
     async def WatchRun(
         self, request: gateway_pb2.WatchRunRequest, context: grpc.aio.ServicerContext
@@ -97,6 +132,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         try:
             if not EVENT_SEQ.fullmatch(request.after_seq or "0"):
                 raise InvalidArgument("after_seq", "not an event's seq like 1700000000000-0 (RunEvent.seq)")
+            if self.orchestrator.ledger.tenants:  # whose run it is, read in the pool (a Redis call)
+                await in_pool(lambda watch, pooled: self._own(watch.run_id, pooled), request, context)
             async for event in self.runs.watch(require(request.run_id, "run_id"), request.after_seq or "0"):
                 yield event
         except ServiceError as err:  # no run, or a bad request
@@ -116,25 +153,26 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
 
     @grpc_errors
     def GetRunSpans(self, request: gateway_pb2.GetRunSpansRequest, context: grpc.ServicerContext) -> Any:
-        spans = self.runs.spans(require(request.run_id, "run_id"), max(0, request.since_step))
+        spans = self.runs.spans(self._own(request.run_id, context), max(0, request.since_step))
         return gateway_pb2.GetRunSpansResponse(spans=spans)
 
     @grpc_errors
     def ScaleRun(self, request: gateway_pb2.ScaleRunRequest, context: grpc.ServicerContext) -> Any:
-        return self.orchestrator.scaler.scale(require(request.run_id, "run_id"), request.explorers)
+        run_id = self._own(request.run_id, context)
+        return self.orchestrator.scaler.scale(run_id, request.explorers, self._caller(context))
 
     @grpc_errors
     def PauseRun(self, request: gateway_pb2.PauseRunRequest, context: grpc.ServicerContext) -> Any:
         reason = bounded(request.reason, "reason", MAX_TEXT_CHARS) or "paused by user"
-        return self.orchestrator.pauser.pause(require(request.run_id, "run_id"), reason)
+        return self.orchestrator.pauser.pause(self._own(request.run_id, context), reason)
 
     @grpc_errors
     def ResumeRun(self, request: gateway_pb2.ResumeRunRequest, context: grpc.ServicerContext) -> Any:
-        return self.orchestrator.pauser.resume(require(request.run_id, "run_id"))
+        return self.orchestrator.pauser.resume(self._own(request.run_id, context))
 
     @grpc_errors
     def SteerRun(self, request: gateway_pb2.SteerRunRequest, context: grpc.ServicerContext) -> Any:
-        return steer(self.orchestrator.ledger, require(request.run_id, "run_id"), request.steering)
+        return steer(self.orchestrator.ledger, self._own(request.run_id, context), request.steering)
 
     # ---- registry ------------------------------------------------------------------------------------
 

@@ -9,9 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 from trinity.clients import BufferClient
 from trinity.config import MixtureConfig, MixtureMember, RunConfig, naming
-from trinity.config.modes import EXPLORER_MODES, TRAINER_MODES, RunMode
+from trinity.config.modes import RunMode
 from trinity.config.preset_operators import applied_by_preset, stream_operators
 from trinity.gateway.ledger import ROLE_EXPLORER, ROLE_TRAINER, RUNNING, RunLedger, all_finished, unfinished
+from trinity.gateway.queue import Plan, plan, roles_for
 from trinity.gateway.runs import TERMINAL
 from trinity.runtime.errors import FailedPrecondition, NotFound, one_line
 from trinity.runtime.failpoints import failpoint
@@ -23,12 +24,6 @@ log = get_logger(__name__)
 EVAL_EPOCHS = 1_000_000
 
 
-def roles_for(config: RunConfig) -> dict[str, int]:
-    """How many instances of each role a run's mode needs."""
-    explorers = config.explorer.num_workers if config.mode in EXPLORER_MODES else 0
-    return {ROLE_EXPLORER: explorers, ROLE_TRAINER: 1 if config.mode in TRAINER_MODES else 0}
-
-
 class Stages:
     def __init__(self, ledger: RunLedger, assign_timeout: float) -> None:
         self.ledger = ledger
@@ -36,28 +31,45 @@ class Stages:
         self.address = ""  # where services call the gateway back: known once its server has bound its port
         self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="launch")
         self._launching: set[str] = set()
+        # Of the pending runs at the last sweep: why each waited (said once), and since when each has been short of
+        # live instances (unix ms; the clock of the pending timeout), among the runs looked at.
+        self._waiting: dict[str, str] = {}
+        self._short_since: dict[str, int] = {}
+        self._looked_at: set[str] = set()
 
     def launching(self, run_id: str) -> bool:
         """Whether a launch of the run's stage is under way (its assignments are being made)."""
         return run_id in self._launching
 
-    def schedule_pending(self, runs: list[gateway_pb2.Run]) -> None:
-        """Launch the pending runs whose services are free; fail those that waited past `assign_timeout`."""
-        for run in runs:
-            if run.state != gateway_pb2.RUN_STATE_PENDING or run.id in self._launching:
-                continue
-            missing = self._missing(run, runs)
-            if not missing:
-                self._launching.add(run.id)
-                self.pool.submit(self.launch, run.id)
-            elif self.ledger.clock() - run.created_unix_ms > self.assign_timeout * 1000:
-                self.ledger.fail(run.id, f"no free services within {self.assign_timeout:.0f}s ({missing})")
+    def plan(self, runs: list[gateway_pb2.Run]) -> Plan:
+        """Who gets the free services now (trinity.gateway.queue)."""
+        return plan(self.ledger, runs, self._launching)
 
-    def _missing(self, run: gateway_pb2.Run, runs: list[gateway_pb2.Run]) -> str:
-        """What the run still waits for ("1 trainer, 2 explorer"), or "" when every service it needs is free."""
-        wanted = {"buffer": 1, **roles_for(self.ledger.stage_config(run))}
-        short = {s: n - len(self.free(s, run.id, runs)) for s, n in wanted.items()}
-        return ", ".join(f"{n} {service}" for service, n in short.items() if n > 0)
+    def schedule_pending(self, runs: list[gateway_pb2.Run]) -> None:
+        """Launch the pending runs the queue lets start, say once why each other one waits, and fail one that has
+        been short of live instances of a service (busy or not) for `assign_timeout`: a run that only waits its turn
+        or for its tenant's quota waits on."""
+        decided = self.plan(runs)
+        for run_id in decided.start:
+            self._launching.add(run_id)
+            self.pool.submit(self.launch, run_id)
+        for run_id, why in decided.waiting.items():
+            if self._waiting.get(run_id) != why:
+                self.ledger.note(run_id, why)
+        self._waiting = decided.waiting
+        now, short_since = self.ledger.clock(), {}
+        for run in runs:
+            if run.id not in decided.short:
+                continue
+            since = self._short_since.get(run.id)
+            if since is None:  # short since it was queued, as far as this gateway knows, or since the last sweep
+                since = now if run.id in self._looked_at else run.queued_unix_ms or run.created_unix_ms
+            short_since[run.id] = since
+            if now - since > self.assign_timeout * 1000:
+                missing = decided.short[run.id]
+                self.ledger.fail(run.id, f"no free services within {self.assign_timeout:.0f}s ({missing})")
+        self._short_since = short_since
+        self._looked_at = set(decided.waiting) | set(decided.short)
 
     def launch(self, run_id: str) -> None:
         """Start the run's current stage on free services; a launch that fails fails the run."""
