@@ -1,6 +1,7 @@
 """A run launched from the page and watched live: curves that grow as events arrive (no reload), the services and
-the accounting, experiences, evaluations compared, steering, and cancelling. Page load and event-to-chart times
-measured on the live run are printed and written to console_timings.json among the artifacts.
+the accounting, experiences, evaluations compared, steering, scaling its explorers, pausing and resuming it, and
+cancelling. Page load and event-to-chart times measured on the live run are printed and written to
+console_timings.json among the artifacts.
 
 The tests share one run (launching one costs the stack a model load); the last one cancels it."""
 
@@ -68,7 +69,7 @@ def live_run(browser: Browser, console, tiny_model, tasks) -> Iterator[LiveRun]:
     run = LiveRun(id=page.url.rsplit("/", 1)[1], url=page.url)
     context.close()
     yield run
-    if console.api(f"api/runs/{run.id}")["state"] == "RUNNING":  # a test before the cancelling one failed
+    if console.api(f"api/runs/{run.id}")["state"] in ("PENDING", "RUNNING", "PAUSED"):  # a test before failed
         console.post(f"api/runs/{run.id}/cancel")
 
 
@@ -258,6 +259,68 @@ def test_pausing_and_resuming_exploration_is_logged(page, live_run):
     page.get_by_role("button", name="Resume exploration").click()
     expect(log.locator('tr[data-kind="steer"]', has_text="exploration resumed").first).to_be_visible()
     expect(page.get_by_role("button", name="Pause exploration")).to_be_visible()
+
+
+def test_scaling_the_explorers_from_the_page(page, live_run):
+    open_run(page, live_run)
+    expect(page.locator("#run-state")).to_have_text("RUNNING", timeout=LIVE_TIMEOUT_MS)  # only a running run scales
+    count, wanted = page.locator("#explorers-count"), page.get_by_label("Explorers wanted")
+    expect(count).to_have_text("1 of 1 explorer(s)")
+    expect(page.locator("#explorers-list li")).to_have_count(1)
+    wanted.fill("0")
+    page.get_by_role("button", name="Scale explorers").click()
+    expect(page.locator("#scale-explorers-error")).to_contain_text("between 1 and")
+    expect(wanted).to_have_attribute("aria-invalid", "true")
+    # The stack has one explorer: a second is wanted, but none is free to join.
+    wanted.fill("2")
+    page.get_by_role("button", name="Scale explorers").click()
+    expect(count).to_have_text("1 of 2 explorer(s)")
+    expect(wanted).to_have_attribute("aria-invalid", "false")
+    log = page.locator('#event-log tr[data-kind="log"]', has_text="explorers scaled from 1 to 2")
+    expect(log.first).to_be_visible()
+    wanted.fill("1")
+    page.get_by_role("button", name="Scale explorers").click()
+    expect(count).to_have_text("1 of 1 explorer(s)")
+
+
+def test_pausing_frees_the_services_and_resuming_queues_the_run(page, console, live_run, artifacts):
+    open_run(page, live_run)
+    state, resume = page.locator("#run-state"), page.get_by_role("button", name="Resume run")
+    expect(resume).to_be_hidden()
+    # The services stop after a checkpoint, perhaps within a poll: note what the page shows meanwhile.
+    page.evaluate(
+        """() => {
+          window.sawPausing = false;
+          new MutationObserver(() => {
+            const resume = [...document.querySelectorAll("button")].find((b) => b.textContent === "Resume run");
+            const why = document.getElementById("resume-why");
+            if (document.getElementById("run-state")?.textContent === "PAUSING" && resume.disabled && !why.hidden)
+              window.sawPausing = true;
+          }).observe(document.getElementById("main"), { subtree: true, childList: true, attributes: true });
+        }"""
+    )
+    page.get_by_role("button", name="Pause run").click()
+    expect(state).to_have_text("PAUSED", timeout=LIVE_TIMEOUT_MS)  # every service stopped
+    assert page.evaluate("window.sawPausing")
+    expect(page.locator("#pause-status")).to_contain_text("Paused at train step")
+    expect(resume).to_be_enabled()
+    expect(page.get_by_role("button", name="Pause run")).to_be_hidden()
+    expect(page.locator("#explorers-count")).to_have_text("0 of 1 explorer(s)")
+    expect(page.locator('#event-log tr[data-kind="log"]', has_text="stopped for the pause").first).to_be_visible()
+    assert [s["role"] for s in console.api(f"api/runs/{live_run.id}")["services"]] == ["buffer"]
+    artifacts.screenshot(page, "run-paused")
+
+    page.get_by_role("link", name="Runs", exact=True).click()
+    row = page.locator(f'#runs-table tr[data-run-id="{live_run.id}"]')
+    expect(row.locator(".state")).to_have_text("PAUSED")
+    expect(page.locator(f'#queue-table tr[data-run-id="{live_run.id}"]')).to_have_count(0)  # out of the queue
+    artifacts.screenshot(page, "runs-paused")
+
+    page.go_back()
+    resume.click()
+    expect(page.locator("#pause-status")).to_contain_text("Resumed")
+    expect(state).to_have_text("RUNNING", timeout=LIVE_TIMEOUT_MS)  # started again on the services it freed
+    expect(page.get_by_role("button", name="Pause run")).to_be_visible()
 
 
 def test_the_run_view_fits_a_narrow_screen(page, live_run, artifacts):

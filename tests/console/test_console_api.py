@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -10,11 +11,13 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
+from tests.conftest import ServiceProcess
 from tests.console.conftest import EXAMPLES
 from trinity.clients import BufferClient, GatewayClient
 from trinity.config import StreamConfig, naming
 from trinity.config.errors import ConfigError
 from trinity.config.run import parse_run_config
+from trinity.console import configs, runs
 from trinity.console.app import create_app
 from trinity.console.settings import ConsoleSettings
 from trinity.v1 import common_pb2, gateway_pb2
@@ -203,6 +206,109 @@ def test_steering_an_unknown_run_is_404(console):
     assert console.post("/api/runs/no-such-run/steer", json={"temperature": 0.5}).status_code == 404
 
 
+def _launch(console: TestClient, name: str) -> str:
+    reply = console.post("/api/runs", json={"yaml": _quickstart(name=name)})
+    assert reply.status_code == 200, reply.text
+    return str(reply.json()["run_id"])
+
+
+@pytest.fixture
+def two_pending(console: TestClient, unique: str) -> Iterator[tuple[str, str]]:
+    first, second = _launch(console, f"{unique}-a"), _launch(console, f"{unique}-b")
+    yield first, second
+    for run_id in (first, second):
+        console.post(f"/api/runs/{run_id}/cancel")
+
+
+def _listed(console: TestClient) -> dict[str, dict]:
+    return {r["id"]: r for r in console.get("/api/runs").json()["runs"]}
+
+
+def test_a_paused_run_leaves_the_queue_and_a_resumed_one_joins_its_end(console, two_pending):
+    first, second = two_pending
+    listed = _listed(console)
+    assert listed[first]["queue_position"] < listed[second]["queue_position"]
+    assert (listed[first]["priority"], listed[first]["tenant"]) == (0, "")
+
+    reply = console.post(f"/api/runs/{first}/pause", json={"reason": "make room"})
+    assert reply.status_code == 200, reply.text
+    assert (reply.json()["state"], reply.json()["pausing"]) == ("PAUSED", False)  # nothing was assigned to stop
+    assert console.post(f"/api/runs/{first}/pause").status_code == 200  # no body, and paused already: a no-op
+    listed = _listed(console)
+    assert listed[first]["state"] == "PAUSED" and listed[first]["queue_position"] is None
+
+    reply = console.post(f"/api/runs/{first}/resume")
+    assert reply.status_code == 200, reply.text
+    resumed = reply.json()
+    assert resumed["state"] == "PENDING" and resumed["queued_unix_ms"] >= listed[second]["queued_unix_ms"]
+    listed = _listed(console)
+    assert listed[second]["queue_position"] < listed[first]["queue_position"]
+
+
+def test_the_run_shows_the_explorers_it_wants_and_has(console, pending_run):
+    reply = console.get(f"/api/runs/{pending_run}")
+    assert reply.status_code == 200, reply.text
+    run = reply.json()
+    assert run["explorers"] == {"wanted": 1, "active": [], "leaving": []}  # the quickstart's explorer.num_workers
+    assert run["pausing"] is False
+
+
+def test_scale_pause_and_resume_refusals(console, pending_run):
+    run_id = pending_run
+    reply = console.post(f"/api/runs/{run_id}/scale", json={"explorers": 2})
+    assert reply.status_code == 409 and "only a RUNNING run can be scaled" in reply.json()["detail"]
+    reply = console.post(f"/api/runs/{run_id}/resume")
+    assert reply.status_code == 409 and "only a paused run resumes" in reply.json()["detail"]
+    console.post(f"/api/runs/{run_id}/cancel")
+    reply = console.post(f"/api/runs/{run_id}/pause")
+    assert reply.status_code == 409 and "CANCELLED" in reply.json()["detail"]
+
+
+@pytest.mark.parametrize("explorers", [0, "two", 2**40])
+def test_a_bad_explorer_count_is_400_naming_the_field(console, pending_run, explorers):
+    reply = console.post(f"/api/runs/{pending_run}/scale", json={"explorers": explorers})
+    assert reply.status_code == 400, reply.text
+    assert [e["field"] for e in reply.json()["errors"]] == ["explorers"]
+
+
+def test_unknown_fields_and_runs_are_refused(console):
+    assert console.post("/api/runs/no-such-run/scale", json={"explorers": 2}).status_code == 404
+    assert console.post("/api/runs/no-such-run/pause").status_code == 404
+    assert console.post("/api/runs/no-such-run/resume").status_code == 404
+    reply = console.post("/api/runs/no-such-run/pause", json={"until": "later"})
+    assert reply.status_code == 400 and reply.json()["errors"] == [{"field": "until", "message": "unknown field"}]
+
+
+def _run(
+    run_id: str, state: int = gateway_pb2.RUN_STATE_PENDING, created_unix_ms: int = 1, **fields
+) -> gateway_pb2.Run:
+    return gateway_pb2.Run(id=run_id, state=state, created_unix_ms=created_unix_ms, **fields)
+
+
+def test_the_queue_is_in_start_order_priority_first():
+    found = [
+        _run("late", queued_unix_ms=30),
+        _run("early", queued_unix_ms=10),
+        _run("urgent", queued_unix_ms=40, priority=5),
+        _run("running", priority=9, state=gateway_pb2.RUN_STATE_RUNNING),
+        _run("old", created_unix_ms=20),  # recorded before the gateway kept queued_unix_ms
+    ]
+    assert [r.id for r in runs.queue(found)] == ["urgent", "early", "old", "late"]
+
+
+def test_explorers_leaving_are_told_apart_from_active_ones():
+    config, problems = configs.validate(_quickstart())
+    assert config is not None, problems
+    run = _run(
+        "r",
+        config_json=config.model_dump_json(),
+        explorers=1,
+        assignments={"e1": "explorer", "e2": "explorer", "t1": "trainer"},
+        leaving=["e2"],
+    )
+    assert runs.explorers(run) == {"wanted": 1, "active": ["e1"], "leaving": ["e2"]}
+
+
 def test_health_says_whether_the_gateway_answers(console, stack):
     assert console.get("/health").json() == {"status": "ok", "gateway": True}
     with TestClient(create_app(ConsoleSettings(gateway="127.0.0.1:1"))) as lonely:
@@ -225,3 +331,30 @@ def test_login_sets_the_cookie_the_page_then_sends(guarded):
     assert guarded.post("/api/login", json={"token": "wrong"}).status_code == 401
     assert guarded.post("/api/login", json={"token": "s3cret"}).status_code == 200
     assert guarded.post("/api/validate", json={"yaml": QUICKSTART}).status_code == 200  # the cookie rides along
+
+
+def test_a_tenants_console_answers_429_past_a_quota_and_403_for_another_tenants_run(redis_server, tmp_path, unique):
+    """A console run by a tenant (its token): the gateway's refusals come through as HTTP statuses, not 502."""
+    operator, alice = "operator-token", "alice-token"
+    tenants = tmp_path / "tenants.yaml"
+    digest = hashlib.sha256(alice.encode()).hexdigest()
+    tenants.write_text(yaml.safe_dump({"tenants": [{"name": "alice", "token_sha256": digest, "quotas": {"runs": 1}}]}))
+    env = {"TRINITY_REDIS_URL": redis_server.url, "TRINITY_AUTH_TOKEN": operator, "TRINITY_TENANTS_FILE": str(tenants)}
+    gateway = ServiceProcess("gateway", env=env).start()
+    try:
+        with GatewayClient(gateway.address, token=operator) as client:
+            theirs = client.create_run(_quickstart(name=f"{unique}-op"))
+        settings = ConsoleSettings(gateway=gateway.address, token=alice, examples_dir=EXAMPLES)
+        with TestClient(create_app(settings), headers={"Authorization": f"Bearer {alice}"}) as console:
+            first = console.post("/api/runs", json={"yaml": _quickstart(name=unique)})
+            assert first.status_code == 200, first.text
+            second = console.post("/api/runs", json={"yaml": _quickstart(name=f"{unique}-2")})
+            assert second.status_code == 429 and "quota runs=1" in second.json()["detail"], second.text
+            other = console.get(f"/api/runs/{theirs.id}")
+            assert other.status_code == 403 and "not a run of tenant alice" in other.json()["detail"], other.text
+            assert [r["id"] for r in console.get("/api/runs").json()["runs"]] == [first.json()["run_id"]]
+            console.post(f"/api/runs/{first.json()['run_id']}/cancel")
+        with GatewayClient(gateway.address, token=operator) as client:
+            client.cancel_run(theirs.id)
+    finally:
+        gateway.stop()

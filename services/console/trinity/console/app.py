@@ -15,7 +15,7 @@ from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from trinity.clients import BufferClient
 from trinity.console import auth, configs, runs
@@ -28,6 +28,8 @@ from trinity.sdk import (
     AsyncTrinityClient,
     GatewayUnavailable,
     InvalidRequest,
+    NotPermitted,
+    QuotaExceeded,
     RunConflict,
     RunNotFound,
     TrinityClient,
@@ -64,6 +66,19 @@ class SteerBody(BaseModel):
     pause_exploration: bool | None = None
     temperature: float | None = None
     learning_rate: float | None = None
+
+
+class ScaleBody(BaseModel):
+    """The explorers the run should have. The bounds are the gateway's (1 .. the sync group's limit), its message
+    passed on; here only what the request's int32 can carry."""
+
+    model_config = ConfigDict(extra="forbid")
+    explorers: int = Field(ge=-(2**31), le=2**31 - 1)
+
+
+class PauseBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str = "paused from the console"
 
 
 def _errors(status: int, problems: list[dict[str, str]]) -> JSONResponse:
@@ -174,6 +189,14 @@ def create_app(settings: ConsoleSettings | None = None) -> FastAPI:
     async def invalid(request: Request, err: InvalidRequest) -> JSONResponse:
         return _errors(400, [_field_problem(str(err))])
 
+    @app.exception_handler(QuotaExceeded)
+    async def over_quota(request: Request, err: QuotaExceeded) -> JSONResponse:
+        return _detail(429, str(err))
+
+    @app.exception_handler(NotPermitted)
+    async def not_permitted(request: Request, err: NotPermitted) -> JSONResponse:
+        return _detail(403, str(err))
+
     @app.exception_handler(GatewayUnavailable)
     async def unavailable(request: Request, err: GatewayUnavailable) -> JSONResponse:
         return _detail(503, str(err))
@@ -260,7 +283,8 @@ def create_app(settings: ConsoleSettings | None = None) -> FastAPI:
     @app.get("/api/runs")
     def list_runs() -> dict[str, Any]:
         found = sorted(client.list_runs(), key=lambda r: r.created_unix_ms, reverse=True)
-        return {"runs": [runs.summary(r) for r in found]}
+        position = {run.id: n for n, run in enumerate(runs.queue(found), start=1)}
+        return {"runs": [{**runs.summary(r), "queue_position": position.get(r.id)} for r in found]}
 
     @app.post("/api/runs")
     def create_run(body: ConfigText) -> Response:
@@ -289,6 +313,18 @@ def create_app(settings: ConsoleSettings | None = None) -> FastAPI:
     @app.post("/api/runs/{run_id}/cancel")
     def cancel_run(run_id: str) -> dict[str, Any]:
         return runs.with_config(client.run(run_id).cancel("cancelled from the console"))
+
+    @app.post("/api/runs/{run_id}/scale")
+    def scale_run(run_id: str, body: ScaleBody) -> dict[str, Any]:
+        return runs.with_config(client.scale_run(run_id, body.explorers))
+
+    @app.post("/api/runs/{run_id}/pause")
+    def pause_run(run_id: str, body: PauseBody | None = None) -> dict[str, Any]:
+        return runs.with_config(client.pause_run(run_id, (body or PauseBody()).reason))
+
+    @app.post("/api/runs/{run_id}/resume")
+    def resume_run(run_id: str) -> dict[str, Any]:
+        return runs.with_config(client.resume_run(run_id))
 
     @app.get("/api/runs/{run_id}/events")
     async def events(run_id: str, request: Request, after: str = "") -> Response:

@@ -9,11 +9,14 @@ import yaml
 
 from trinity.clients import BufferClient
 from trinity.config import RunConfig, naming
+from trinity.config.modes import EXPLORER_MODES
 from trinity.runtime.events import kind_name
 from trinity.sdk import TrinityClient
 from trinity.v1 import buffer_pb2, common_pb2, gateway_pb2
 
 ROLE_BUFFER = "buffer"
+ROLE_EXPLORER = "explorer"
+PENDING, PAUSED = gateway_pb2.RUN_STATE_PENDING, gateway_pb2.RUN_STATE_PAUSED
 
 
 def state_name(state: int) -> str:
@@ -37,16 +40,47 @@ def summary(run: gateway_pb2.Run) -> dict[str, Any]:
         "created_unix_ms": run.created_unix_ms,
         "updated_unix_ms": run.updated_unix_ms,
         "error": run.error,
+        # A paused run's services stop one by one (the trainer after a checkpoint): it resumes once none is left.
+        "pausing": run.state == PAUSED and bool(run.assignments),
+        "tenant": run.tenant,
+        "priority": run.priority,
+        "queued_unix_ms": queued_unix_ms(run),
+    }
+
+
+def queued_unix_ms(run: gateway_pb2.Run) -> int:
+    """When the run joined the queue; runs recorded before the gateway kept it were queued when created."""
+    return run.queued_unix_ms or run.created_unix_ms
+
+
+def queue(found: list[gateway_pb2.Run]) -> list[gateway_pb2.Run]:
+    """The pending runs in the order the gateway starts them: higher priority first, then first queued (then by id,
+    as the gateway breaks ties)."""
+    pending = [r for r in found if r.state == PENDING]
+    return sorted(pending, key=lambda r: (-r.priority, queued_unix_ms(r), r.id))
+
+
+def explorers(run: gateway_pb2.Run) -> dict[str, Any]:
+    """How many explorers the current stage wants (ScaleRun's count, else its config's) and the instances it has:
+    `active` serve it, `leaving` were asked to go (scaled down) and finish their batch first."""
+    config = stage_config(run)
+    wanted = run.explorers or (config.explorer.num_workers if config.mode in EXPLORER_MODES else 0)
+    assigned = sorted(i for i, role in run.assignments.items() if role == ROLE_EXPLORER)
+    return {
+        "wanted": wanted,
+        "active": [i for i in assigned if i not in run.leaving],
+        "leaving": [i for i in assigned if i in run.leaving],
     }
 
 
 def with_config(run: gateway_pb2.Run) -> dict[str, Any]:
-    """The summary, the validated config as YAML and the latest value of each metric."""
+    """The summary, the validated config as YAML, the latest value of each metric and the run's explorers."""
     config = json.loads(run.config_json) if run.config_json else {}
     return {
         **summary(run),
         "config_yaml": yaml.safe_dump(config, sort_keys=False),
         "latest_metrics": dict(run.latest_metrics),
+        "explorers": explorers(run),
     }
 
 

@@ -37,6 +37,12 @@ export function fmt(value) {
   return String(value);
 }
 
+/** A run's state as a badge. A paused run whose services are still stopping reads PAUSING: it cannot resume yet. */
+export function stateBadge(run, attrs = {}) {
+  const label = run.pausing ? "PAUSING" : run.state;
+  return h("span", { ...attrs, class: `state state-${label}` }, label);
+}
+
 /** Milliseconds since `unixMs` as "12 s", "3 min", "2 h". */
 export function age(unixMs) {
   const seconds = Math.max(0, (Date.now() - unixMs) / 1000);

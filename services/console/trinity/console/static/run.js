@@ -1,8 +1,10 @@
 // Run view: live curves and the event log from the run's event stream (SSE, no reload), the services serving it
-// with their health, experience accounting, steering, and evaluations compared.
+// with their health, its explorers and their scale, pause and resume, experience accounting, steering, and
+// evaluations compared.
 import { api } from "./api.js";
 import { ChartGrid } from "./charts.js";
-import { debounce, fill, h } from "./dom.js";
+import { ExplorersPanel, PauseControls } from "./control.js";
+import { debounce, fill, h, stateBadge } from "./dom.js";
 import { EvalCompare } from "./evals.js";
 import { AccountingPanel, EventLog, pairs, ServicesPanel } from "./panels.js";
 import { SteerPanel } from "./steer.js";
@@ -23,6 +25,14 @@ export async function mountRun(main, runId) {
   const summary = h("dl", { class: "summary", id: "run-summary" });
   const charts = new ChartGrid(chartUpdated);
   const steer = new SteerPanel(runId);
+  // After a pause, resume or scale: the state it answered at once, the rest (services) by polling now.
+  const changed = ({ state, pausing }) => {
+    Object.assign(current, { state, pausing });
+    showSummary();
+    refresh().catch(() => {});
+  };
+  const pause = new PauseControls(runId, changed);
+  const explorers = new ExplorersPanel(runId, changed);
   const services = new ServicesPanel();
   const accounting = new AccountingPanel();
   const log = new EventLog();
@@ -36,6 +46,7 @@ export async function mountRun(main, runId) {
     main,
     title,
     summary,
+    pause.element,
     h("p", {}, h("a", { href: `#/runs/${encodeURIComponent(runId)}/experiences` }, "Inspect experiences")),
     h(
       "section",
@@ -44,7 +55,7 @@ export async function mountRun(main, runId) {
       charts.element,
     ),
     timeline.element,
-    h("div", { class: "two-up" }, steer.element, h("div", {}, services.element, accounting.element)),
+    h("div", { class: "two-up" }, steer.element, h("div", {}, explorers.element, services.element, accounting.element)),
     log.element,
     evals.element,
   );
@@ -59,13 +70,14 @@ export async function mountRun(main, runId) {
       pairs({
         Run: current.id,
         Mode: current.mode,
-        State: h("span", { class: `state state-${current.state}`, id: "run-state" }, current.state),
+        State: stateBadge(current, { id: "run-state" }),
         "Train step": current.train_step,
         "Explore step": current.explore_step,
         "Weight version": current.model_version,
         ...(current.error ? { Error: h("span", { class: "error" }, current.error) } : {}),
       }),
     );
+    pause.show(current);
   };
   const summaryLater = debounce(showSummary, 0); // once per burst of events
   const show = (detail) => {
@@ -73,6 +85,7 @@ export async function mountRun(main, runId) {
     Object.assign(current, detail);
     showSummary();
     services.show(detail.services || []);
+    explorers.show(detail);
     accounting.show(detail.accounting || {});
     steer.setLive(!TERMINAL.has(detail.state));
   };
@@ -85,7 +98,11 @@ export async function mountRun(main, runId) {
     steer.noteEvent(event);
     if (STEPS[event.kind]) current[STEPS[event.kind]] = Math.max(current[STEPS[event.kind]], event.step);
     current.model_version = Math.max(current.model_version, event.model_version);
-    if (event.kind === "state") current.state = event.state;
+    if (event.kind === "state") {
+      current.state = event.state;
+      // A pause stops the services the run has; the next poll says when the last one has gone.
+      current.pausing = event.state === "PAUSED" && (current.services || []).some((s) => s.role !== "buffer");
+    }
     summaryLater();
     if (event.kind === "eval") refreshEvals();
     if (SPAN_CARRIERS.has(event.kind)) refreshTimeline(); // a step's spans (or a phase's), once a burst is over
