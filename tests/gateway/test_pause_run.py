@@ -170,3 +170,5 @@ def test_the_sdk_and_the_cli_pause_and_resume_a_run(harness, address, unique, ca
     assert '"state": "RUN_STATE_PENDING"' in capsys.readouterr().out
     assert main(["runs", "pause", run_id, "--gateway", address]) == 0
     assert '"state": "RUN_STATE_PAUSED"' in capsys.readouterr().out
+    assert main(["runs", "list", "--gateway", address]) == 0
+    assert f"{run_id}\tPAUSED\tstep 0\tversion 0\tpriority 0\n" in capsys.readouterr().out

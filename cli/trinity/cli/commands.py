@@ -254,7 +254,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
         if args.action == "list":
             for run in client.list_runs():
                 state = gateway_pb2.RunState.Name(run.state).removeprefix("RUN_STATE_")
-                print(f"{run.id}\t{state}\tstep {run.train_step}\tversion {run.model_version}")
+                owner = f"\ttenant {run.tenant}" if run.tenant else ""
+                print(
+                    f"{run.id}\t{state}\tstep {run.train_step}\tversion {run.model_version}"
+                    f"\tpriority {run.priority}{owner}"
+                )
             return 0
         if not args.run_id:
             print(f"trinity runs {args.action}: give a run id", file=sys.stderr)
