@@ -11,13 +11,15 @@ used, summed over every process on the path (this client, the Buffer process, re
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -31,17 +33,19 @@ from trinity.v1 import common_pb2
 PROMPT_TOKENS, RESPONSE_TOKENS = 200, 1024
 
 
-def _experience(i: int) -> common_pb2.Experience:
+def _experience(
+    i: int, prompt_tokens: int = PROMPT_TOKENS, response_tokens: int = RESPONSE_TOKENS
+) -> common_pb2.Experience:
     return common_pb2.Experience(
         id=f"bench-{uuid.uuid4().hex}-{i}",
         kind=common_pb2.EXPERIENCE_KIND_ROLLOUT,
         group_id=f"g{i // 8}",
         task_id=f"bench/{i // 8}",
         model_version=1,
-        prompt_token_ids=[(7 * t) % 49152 for t in range(PROMPT_TOKENS)],
-        response_token_ids=[(13 * t + i) % 49152 for t in range(RESPONSE_TOKENS)],
-        logprobs=[-0.001 * (t % 997) for t in range(RESPONSE_TOKENS)],
-        action_mask=[True] * RESPONSE_TOKENS,
+        prompt_token_ids=[(7 * t) % 49152 for t in range(prompt_tokens)],
+        response_token_ids=[(13 * t + i) % 49152 for t in range(response_tokens)],
+        logprobs=[-0.001 * (t % 997) for t in range(response_tokens)],
+        action_mask=[True] * response_tokens,
         reward=float(i % 2),
     )
 
@@ -75,29 +79,74 @@ def _process_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _raw(client: redis.Redis, experiences: list[common_pb2.Experience], batch: int) -> dict[str, Any]:
-    stream, group = f"raw-{uuid.uuid4().hex[:8]}", "trainer"
-    client.xgroup_create(stream, group, id="0", mkstream=True)
-    put_lat, read_lat = [], []
-    start = time.perf_counter()
+RAW_GROUP = "trainer"
+_StreamReply = list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]]  # XREADGROUP's, as redis-py parses it
+
+
+def _raw_put(client: redis.Redis, stream: str, experiences: list[common_pb2.Experience], batch: int) -> list[float]:
+    """Seconds per batch of XADDs, serialization included."""
+    latencies = []
     for i in range(0, len(experiences), batch):
         t0 = time.perf_counter()
         pipe = client.pipeline(transaction=False)
         for e in experiences[i : i + batch]:
             pipe.xadd(stream, {"id": e.id, "v": e.model_version, "d": e.SerializeToString()})
         pipe.execute()
-        put_lat.append(time.perf_counter() - t0)
+        latencies.append(time.perf_counter() - t0)
+    return latencies
+
+
+def _raw_read_ack(client: redis.Redis, stream: str, consumer: str, want: int, batch: int) -> tuple[int, list[float]]:
+    """Read (and parse) then ack batches until `want` arrived or the group has nothing left: the experiences read
+    and the seconds per batch."""
+    received, latencies = 0, []
+    while received < want:
+        t0 = time.perf_counter()
+        reply = cast(_StreamReply, client.xreadgroup(RAW_GROUP, consumer, {stream: ">"}, count=batch))
+        rows = reply[0][1] if reply else []
+        if not rows:
+            break
+        parsed = [common_pb2.Experience.FromString(fields[b"d"]) for _, fields in rows]
+        client.xack(stream, RAW_GROUP, *[entry_id for entry_id, _ in rows])
+        latencies.append(time.perf_counter() - t0)
+        received += len(parsed)
+    return received, latencies
+
+
+def _buffer_put(client: BufferClient, stream: str, experiences: list[common_pb2.Experience], batch: int) -> list[float]:
+    """Seconds per PutExperiences call."""
+    latencies = []
+    for i in range(0, len(experiences), batch):
+        t0 = time.perf_counter()
+        client.put(stream, experiences[i : i + batch])
+        latencies.append(time.perf_counter() - t0)
+    return latencies
+
+
+def _buffer_read_ack(
+    client: BufferClient, stream: str, consumer: str, want: int, batch: int
+) -> tuple[int, list[float]]:
+    """`_raw_read_ack` through the Buffer: a ReadExperiences then an AckExperiences call per batch."""
+    received, latencies = 0, []
+    while received < want:
+        t0 = time.perf_counter()
+        got = client.read(stream, consumer, batch)
+        if not got.experiences:
+            break
+        client.ack(stream, got.entry_ids)
+        latencies.append(time.perf_counter() - t0)
+        received += len(got)
+    return received, latencies
+
+
+def _raw(client: redis.Redis, experiences: list[common_pb2.Experience], batch: int) -> dict[str, Any]:
+    stream = f"raw-{uuid.uuid4().hex[:8]}"
+    client.xgroup_create(stream, RAW_GROUP, id="0", mkstream=True)
+    start = time.perf_counter()
+    put_lat = _raw_put(client, stream, experiences, batch)
     put_seconds = time.perf_counter() - start
     start = time.perf_counter()
-    received = 0
-    while received < len(experiences):
-        t0 = time.perf_counter()
-        reply = client.xreadgroup(group, "c", {stream: ">"}, count=batch)
-        rows = reply[0][1]
-        parsed = [common_pb2.Experience.FromString(fields[b"d"]) for _, fields in rows]
-        client.xack(stream, group, *[entry_id for entry_id, _ in rows])
-        read_lat.append(time.perf_counter() - t0)
-        received += len(parsed)
+    _, read_lat = _raw_read_ack(client, stream, "c", len(experiences), batch)
     read_seconds = time.perf_counter() - start
     client.delete(stream)
     return _summary(len(experiences), put_seconds, read_seconds, put_lat, read_lat)
@@ -105,23 +154,13 @@ def _raw(client: redis.Redis, experiences: list[common_pb2.Experience], batch: i
 
 def _buffer(address: str, experiences: list[common_pb2.Experience], batch: int) -> dict[str, Any]:
     stream = f"buf-{uuid.uuid4().hex[:8]}"
-    put_lat, read_lat = [], []
     with BufferClient(address) as client:
         client.create_stream(StreamConfig(name=stream))
         start = time.perf_counter()
-        for i in range(0, len(experiences), batch):
-            t0 = time.perf_counter()
-            client.put(stream, experiences[i : i + batch])
-            put_lat.append(time.perf_counter() - t0)
+        put_lat = _buffer_put(client, stream, experiences, batch)
         put_seconds = time.perf_counter() - start
         start = time.perf_counter()
-        received = 0
-        while received < len(experiences):
-            t0 = time.perf_counter()
-            got = client.read(stream, "c", batch)
-            client.ack(stream, got.entry_ids)
-            read_lat.append(time.perf_counter() - t0)
-            received += len(got)
+        _, read_lat = _buffer_read_ack(client, stream, "c", len(experiences), batch)
         read_seconds = time.perf_counter() - start
     return _summary(len(experiences), put_seconds, read_seconds, put_lat, read_lat)
 
@@ -143,10 +182,9 @@ def _summary(n: int, put_s: float, read_s: float, put_lat: list[float], read_lat
     }
 
 
-def run(quick: bool = False) -> dict[str, Any]:
-    n, batch, repeats = (512, 32, 1) if quick else (4096, 64, 5)
-    experiences = [_experience(i) for i in range(n)]
-    payload_kb = len(experiences[0].SerializeToString()) / 1024
+@contextlib.contextmanager
+def buffer_service() -> Iterator[tuple[str, str, int]]:
+    """A private redis-server and a Buffer process serving it: the Redis URL, the Buffer's address and its pid."""
     with start_redis_server() as server:
         port = free_port()
         env = {**os.environ, "TRINITY_REDIS_URL": server.url, "TRINITY_LOG_LEVEL": "WARNING"}
@@ -159,18 +197,26 @@ def run(quick: bool = False) -> dict[str, Any]:
         try:
             address = f"127.0.0.1:{port}"
             wait_until_serving(address, timeout=60)
-            client = redis.Redis.from_url(server.url)
-            meter = CpuMeter(client, buffer.pid)
-            # Alternate the two so that machine noise hits both alike; keep the best of each.
-            raw_runs, buffer_runs = [], []
-            for _ in range(repeats):
-                meter.lap()
-                raw_runs.append({**_raw(client, experiences, batch), "cpu_s": meter.lap()})
-                buffer_runs.append({**_buffer(address, experiences, batch), "cpu_s": meter.lap()})
-                client.flushall()
+            yield server.url, address, buffer.pid
         finally:
             buffer.terminate()
             buffer.wait(timeout=30)
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    n, batch, repeats = (512, 32, 1) if quick else (4096, 64, 5)
+    experiences = [_experience(i) for i in range(n)]
+    payload_kb = len(experiences[0].SerializeToString()) / 1024
+    with buffer_service() as (redis_url, address, buffer_pid):
+        client = redis.Redis.from_url(redis_url)
+        meter = CpuMeter(client, buffer_pid)
+        # Alternate the two so that machine noise hits both alike; keep the best of each.
+        raw_runs, buffer_runs = [], []
+        for _ in range(repeats):
+            meter.lap()
+            raw_runs.append({**_raw(client, experiences, batch), "cpu_s": meter.lap()})
+            buffer_runs.append({**_buffer(address, experiences, batch), "cpu_s": meter.lap()})
+            client.flushall()
     raw = max(raw_runs, key=lambda r: r["round_trip_per_s"])
     buf = max(buffer_runs, key=lambda r: r["round_trip_per_s"])
     result = {
