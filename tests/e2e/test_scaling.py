@@ -12,7 +12,7 @@ from trinity.cli.launcher import LocalStack
 from trinity.sdk import RunMetrics, TrinityClient
 from trinity.v1 import gateway_pb2
 
-TOTAL_STEPS = 14
+TOTAL_STEPS = 30  # the run trains on while the newcomers' engines load: enough steps left for them to join
 LEAVING = "explorer leaving: the run wants fewer explorers"
 
 
@@ -27,10 +27,10 @@ def test_a_run_scaled_from_one_explorer_to_three_and_back_succeeds_with_nothing_
         tiny_model,
         **{
             "buffer.total_steps": TOTAL_STEPS,
+            "buffer.taskset.epochs": 3,  # the run ends at its last step, not when the task set runs out
             # Scaling is the gateway's and the trainer's business, whatever the engine: the transformers engine
             # starts in seconds where three vLLM engine builds on two cores take minutes.
             "explorer.engine": "transformers",
-            "synchronizer.timeout_seconds": 180,  # the trainer waits for the joining explorers' engines to load
             "explorer.eval_interval": 100,
             "checkpoint_dir": str(tmp_path / "ckpt"),
         },
@@ -58,6 +58,10 @@ def test_a_run_scaled_from_one_explorer_to_three_and_back_succeeds_with_nothing_
         assert final.train_step == TOTAL_STEPS
 
         messages = [e.message for e in events]
+        # Nobody waited for the newcomers' engines: the run trained on between their start and their joining.
+        started = next(i for i, m in enumerate(messages) if m.endswith("joins (3 of 3)"))
+        ready = next(i for i, m in enumerate(messages) if m.endswith("is ready)"))
+        assert any(e.kind == gateway_pb2.EVENT_KIND_TRAIN for e in events[started:ready]), messages
         assert "explorers scaled from 1 to 3" in messages and "explorers scaled from 3 to 1" in messages
         assert sum(m.startswith("explorer ") and " joins (" in m for m in messages) == 2
         leaving = [e for e in events if e.kind == gateway_pb2.EVENT_KIND_LEAVING]

@@ -110,12 +110,23 @@ def test_a_run_whose_training_finished_cannot_be_scaled(harness, address, unique
 # ---- joining ------------------------------------------------------------------------------------------------------
 
 
-def test_a_run_scaled_up_starts_free_explorers_that_continue_its_weights_and_a_new_generation_waits_for_them(
+def _join_group(address: str, run_id: str, fake: FakeService) -> grpc.RpcError | gateway_pb2.SyncGroup:
+    """The explorer's JoinSyncGroup: the group it joined, or the refusal."""
+    with open_channel(address) as channel:
+        request = gateway_pb2.JoinSyncGroupRequest(run_id=run_id, instance_id=fake.instance_id)
+        try:
+            return gateway_pb2_grpc.GatewayServiceStub(channel).JoinSyncGroup(request, timeout=30)
+        except grpc.RpcError as err:
+            return err
+
+
+def test_a_run_scaled_up_starts_free_explorers_that_continue_its_weights_and_join_a_generation_once_ready(
     harness, add_explorer, address, unique
 ):
     run_id = harness.launch(unique)
     harness.report(run_id, harness.trainer, gateway_pb2.EVENT_KIND_TRAIN, step=2, model_version=2)
     assert _open_generation(address, run_id, harness.trainer, 1).world_size == 2
+    assert isinstance(_join_group(address, run_id, harness.explorer), gateway_pb2.SyncGroup)
     new = [add_explorer(), add_explorer()]
 
     assert _scale(address, run_id, 3).explorers == 3
@@ -125,9 +136,18 @@ def test_a_run_scaled_up_starts_free_explorers_that_continue_its_weights_and_a_n
     assert _explorers(run) == {harness.explorer.instance_id, *(f.instance_id for f in new)}
     for fake in new:  # as a replacement is: the run's stage, after the newest version
         assert [(s.run_id, s.stage, s.resume_model_version) for s in fake.starts] == [(run_id, 0, 2)]
-    assert not _sync_group(address, run_id).ready  # the generation of one explorer is closed
+    # While their engines load, nobody waits for them: the generation stands, and a new one would not count them.
+    assert _sync_group(address, run_id).ready and harness.orchestrator.sync_members(run_id) == 1
+
+    # Each asks to join once loaded: told to join the next generation, which the gateway opens up for it.
+    for count, fake in enumerate(new, start=2):
+        refused = _join_group(address, run_id, fake)
+        assert isinstance(refused, grpc.RpcError) and refused.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "joins the next sync generation" in refused.details()
+        assert not _sync_group(address, run_id).ready and harness.orchestrator.sync_members(run_id) == count
     # The trainer expects the one explorer of its config; the gateway sizes the generation by the run's explorers.
     assert _open_generation(address, run_id, harness.trainer, 1).world_size == 4
+    assert all(isinstance(_join_group(address, run_id, fake), gateway_pb2.SyncGroup) for fake in new)
     events = harness.events(run_id)
     assert ("log", "explorers scaled from 1 to 3") in events
     assert sum(kind == "log" and message.endswith("joins (3 of 3)") for kind, message in events) == 1
@@ -270,3 +290,26 @@ def test_trinity_runs_scale_sets_the_explorers_and_exits_2_naming_a_bad_argument
     assert main(["runs", "scale", run_id, "--explorers", str(MAX_SYNC_WORKERS + 1), "--gateway", address]) == 2
     assert "explorers: must be between 1 and" in capsys.readouterr().err
     assert harness.run(run_id).explorers == 2
+
+
+def test_an_explorer_that_finishes_first_leaves_the_next_generation_to_those_still_exploring(
+    harness, add_explorer, address, unique
+):
+    """Its task set ran out while another explorer still had a batch in flight: the trainer's next publish must not
+    wait for it (it receives no more weights)."""
+    run_id = harness.launch(unique)
+    second = add_explorer()
+    _scale(address, run_id, 2)
+    harness.orchestrator.sweep()
+    _join_group(address, run_id, second)  # its engine loaded
+    assert _open_generation(address, run_id, harness.trainer, 1).world_size == 3
+
+    harness.report(run_id, second, gateway_pb2.EVENT_KIND_FINISHED, message="explorer finished")
+
+    assert not _sync_group(address, run_id).ready  # closed: it counted the finished one
+    assert harness.orchestrator.sync_members(run_id) == 1
+    assert _open_generation(address, run_id, harness.trainer, 2).world_size == 2
+    assert ("weights", f"sync group generation 1 closed (explorer {second.instance_id} finished)") in harness.events(
+        run_id
+    )
+    assert harness.trainer.stop_reasons() == []  # the other explorer explores on: no drain yet

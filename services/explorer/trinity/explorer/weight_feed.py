@@ -89,7 +89,10 @@ class WeightFeed:
                     except NoUpdateYet:
                         if self._generation_current():
                             continue
-                        raise
+                        # The gateway ended this generation (a member joined, left or was lost) before any update
+                        # began: nothing failed, so nothing to report; join the next one at once.
+                        log.info("weights.generation_ended", generation=self.generation)
+                        break
                     tensors = list(named)
                     staged = Staged(version, tensors, receiver.published_digest, received_ms=(listening, now_ms()))
                     with self._lock:

@@ -16,6 +16,7 @@ from trinity.gateway.registry import InstanceRegistry
 from trinity.gateway.runs import TERMINAL, RunStore
 from trinity.gateway.sync_groups import SyncGroups
 from trinity.runtime.client import open_channel
+from trinity.runtime.errors import NotFound
 from trinity.runtime.logging import get_logger
 from trinity.runtime.tenants import TenantBook
 from trinity.v1 import common_pb2, explorer_pb2, explorer_pb2_grpc, gateway_pb2, trainer_pb2_grpc
@@ -41,8 +42,13 @@ def all_finished(run: gateway_pb2.Run, role: str) -> bool:
 
 
 def active_explorers(run: gateway_pb2.Run) -> list[str]:
-    """The run's explorers that are assigned and not asked to leave: the members its sync generations wait for."""
-    return sorted(i for i, role in run.assignments.items() if role == ROLE_EXPLORER and i not in run.leaving)
+    """The run's explorers that are assigned, not asked to leave and not finished (a finished one receives no more
+    weights): the members its sync generations wait for."""
+    return sorted(
+        i
+        for i, role in run.assignments.items()
+        if role == ROLE_EXPLORER and i not in run.leaving and i not in run.finished
+    )
 
 
 class RunLedger:
@@ -88,6 +94,18 @@ class RunLedger:
         event.metrics.update(metrics or {})
         event.stage, event.step, event.model_version = run.stage, run.train_step, run.model_version
         self.runs.append_event(event)
+
+    def close_generation(self, run_id: str, why: str = "") -> None:
+        """End the run's sync generation after a membership change: the trainer opens the next with the run's
+        explorers then (`sync_members`); an event says so when one was open (not closed already)."""
+        try:
+            was_open = self.sync_groups.get(run_id).world_size > 0
+        except NotFound:
+            return
+        group = self.sync_groups.close(run_id, 0)
+        if was_open and group is not None and group.generation:
+            closed = f"sync group generation {group.generation} closed" + (f" ({why})" if why else "")
+            self.event(run_id, gateway_pb2.EVENT_KIND_WEIGHTS, message=closed)
 
     def note(self, run_id: str, message: str) -> None:
         """A line for people in the run's event log."""

@@ -110,7 +110,8 @@ class Orchestrator:
     def sync_members(self, run_id: str) -> int:
         """The explorers the run's next sync generation waits for (assigned, not leaving); 0 for a run unknown here
         or with none assigned (the trainer's own count stands)."""
-        return len(active_explorers(self._known(run_id)))
+        run = self._known(run_id)
+        return len(set(active_explorers(run)) - self.scaler.joining(run))
 
     def leaving(self, run_id: str) -> list[str]:
         """The run's explorers asked to leave (ScaleRun); none for a run unknown here."""

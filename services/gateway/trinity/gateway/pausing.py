@@ -47,13 +47,9 @@ class Pauser:
             run.lost_unix_ms.clear()
             del run.finished[:], run.leaving[:]
             stopping = sorted(run.assignments)
-        closed = self.ledger.sync_groups.close(run_id, 0)  # nobody receives weights any more: no generation stands
         how = f"stopping {', '.join(stopping)} after a checkpoint" if stopping else "no service to stop"
         self.ledger.event(run_id, gateway_pb2.EVENT_KIND_STATE, message=f"paused ({reason}): {how}", state=PAUSED)
-        if closed is not None and closed.generation:
-            self.ledger.event(
-                run_id, gateway_pb2.EVENT_KIND_WEIGHTS, message=f"sync group generation {closed.generation} closed"
-            )
+        self.ledger.close_generation(run_id, "the run pauses")  # nobody receives weights any more
         self.ledger.stop_run(stopping, run_id, explorer_pb2.STOP_REASON_PAUSED, reason)
         log.info("run.paused", run_id=run_id, stopping=stopping)
         return run

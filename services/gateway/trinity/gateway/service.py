@@ -215,6 +215,11 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         if request.instance_id in self.orchestrator.leaving(request.run_id):
             # Asked to leave (ScaleRun): it finishes its batch on the weights it has; the generations go on without it.
             raise FailedPrecondition(f"explorer {request.instance_id} is leaving run {request.run_id}")
+        if self.orchestrator.scaler.ready(request.run_id, request.instance_id):
+            # Its engine has loaded: the generation it was not counted in is closed; it joins the trainer's next.
+            raise FailedPrecondition(
+                f"explorer {request.instance_id} joins the next sync generation of {request.run_id}"
+            )
         return self.sync.join(request)
 
     @grpc_errors

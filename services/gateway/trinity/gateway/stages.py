@@ -195,6 +195,10 @@ class Stages:
             self.ledger.stop_run(unfinished(run, ROLE_EXPLORER), run_id, explorer_pb2.STOP_REASON_TRAINING_FINISHED)
         elif all_finished(run, ROLE_EXPLORER):
             self.ledger.stop_run(unfinished(run, ROLE_TRAINER), run_id, explorer_pb2.STOP_REASON_INPUT_EXHAUSTED)
+        elif not all_finished(run, ROLE_TRAINER):
+            # Its input ran out before the others': it receives no more weights, so the trainer's next publish goes
+            # to a generation of the explorers still exploring, not one waiting for this one.
+            self.ledger.close_generation(run_id, f"explorer {instance_id} finished")
 
     def advance_if_done(self, run: gateway_pb2.Run) -> bool:
         """Whether every assigned instance has finished the run's stage; then the next stage starts, or the run

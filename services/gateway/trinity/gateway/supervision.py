@@ -75,10 +75,7 @@ class Supervisor:
         self._hand_back_quietly(run, instance_id, role)
         if leaving:
             return  # no sync member since it was asked to leave: the generation stands
-        group = self.ledger.sync_groups.close(run_id, 0)
-        if group is not None:
-            closed = f"sync group generation {group.generation} closed"
-            self.ledger.event(run_id, gateway_pb2.EVENT_KIND_WEIGHTS, message=closed)
+        self.ledger.close_generation(run_id)
 
     def _hand_back_quietly(self, run: gateway_pb2.Run, instance_id: str, role: str) -> None:
         try:
