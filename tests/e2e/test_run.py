@@ -191,6 +191,25 @@ def test_one_step_off_async_run_keeps_staleness_bounded(tiny_model, tmp_path):
     assert any(row["staleness/max"] == 1 for row in summary["train"])
 
 
+@pytest.mark.system
+def test_a_streamed_receive_run_serves_exactly_the_weights_the_trainer_published(tiny_model, tmp_path):
+    """`explorer_receive: streamed` (a GPU explorer's default): each verified chunk goes into vLLM as it arrives."""
+    config = tiny_config(tiny_model, **{"synchronizer.explorer_receive": "streamed"})
+    output = tmp_path / "out"
+    done = _trinity_run(write_config(tmp_path / "config.yaml", config), output)
+    assert done.returncode == 0, done.stdout + done.stderr + _logs(output)
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["state"] == "RUN_STATE_SUCCEEDED"
+    assert [row["step"] for row in summary["train"]] == [1.0, 2.0, 3.0]
+    published = {row["model_version"]: row["weights_digest"] for row in summary["train"]}
+    loaded = [row for row in summary["weight_versions"] if "weights_digest" in row]
+    assert [row["model_version"] for row in loaded] == [1.0, 2.0, 3.0]
+    assert all(
+        row["digest_match"] == 1.0 and row["weights_digest"] == published[row["model_version"]] for row in loaded
+    )
+    assert '"explorer_receive": "streamed"' in _logs(output) or "explorer_receive=streamed" in _logs(output)
+
+
 @pytest.mark.parametrize(
     ("override", "message"),
     [

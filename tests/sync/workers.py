@@ -8,12 +8,13 @@ import os
 import signal
 import time
 import traceback
+import weakref
 from multiprocessing.queues import Queue
 from typing import Any
 
 import torch
 
-from trinity.sync import ChecksumMismatch, SyncError, SyncGroupSpec, SyncReceiver, open_receiver
+from trinity.sync import ChecksumMismatch, SyncError, SyncGroupSpec, SyncReceiver, finish_stream, open_receiver
 from trinity.sync.checksum import checksum_bytes, tensor_bytes
 
 
@@ -37,13 +38,44 @@ def _die_at_second_bucket(chunk: int, bucket: int, data: torch.Tensor) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-HOOKS = {"corrupt": _flip_first_byte, "die": _die_at_second_bucket}
+def _flip_second_chunk(chunk: int, bucket: int, data: torch.Tensor) -> None:
+    if chunk == 1 and bucket == 0:
+        data[0] ^= 0xFF
+
+
+HOOKS = {
+    "corrupt": _flip_first_byte,
+    "die": _die_at_second_bucket,
+    "stream_corrupt": _flip_second_chunk,
+}
+
+
+def stream_version(receiver: SyncReceiver, step: str, got: dict[str, torch.Tensor]) -> tuple[int, int]:
+    """`receive_streamed` as an engine consumes it: each tensor copied into `got` and dropped at once. Returns the
+    version and the most chunk buffers alive at any tensor (weak references: what the receiver still holds).
+    "stream_abandon" stops after the first tensor, as an engine that failed would."""
+    version, named_iter = receiver.receive_streamed(idle_timeout_s=60)
+    alive: list[weakref.ref[torch.UntypedStorage]] = []
+    most_alive = 0
+    try:
+        for name, tensor in named_iter:
+            storage = tensor.untyped_storage()
+            alive = [ref for ref in alive if ref() is not None and ref() is not storage] + [weakref.ref(storage)]
+            most_alive = max(most_alive, len(alive))
+            got[name] = tensor.clone()
+            del tensor, storage
+            if step == "stream_abandon":
+                break
+    finally:
+        finish_stream(named_iter)
+    return version, most_alive
 
 
 def receiver_main(
     spec_json: str, rank: int, plan: list[str], results: Queue, control: Queue | None, secret: bytes | None = None
 ) -> None:
-    """Run `plan`, one step per expected update: "ok", "corrupt" (first bucket flipped), "die", "fail_then_rejoin".
+    """Run `plan`, one step per expected update: "ok", "corrupt" (first bucket flipped), "die", "fail_then_rejoin",
+    and streamed: "stream", "stream_corrupt" (the second chunk's first bucket flipped), "stream_abandon".
 
     Reports `(rank, step, outcome, version, packed tensors, checksums)` per step on `results`. `secret`: the
     group's, as the gateway hands it out (a JSON spec never carries it).
@@ -61,15 +93,23 @@ def receiver_main(
                 receiver.init()
             try:
                 started = time.monotonic()
-                version, named_iter = receiver.receive(idle_timeout_s=60)
-                named = dict(named_iter)
+                extra: dict[str, Any] = {}
+                named: dict[str, torch.Tensor] = {}
+                if step.startswith("stream"):
+                    version, extra["most_chunks_alive"] = stream_version(receiver, step, named)
+                else:
+                    version, named_iter = receiver.receive(idle_timeout_s=60)
+                    named = dict(named_iter)
                 sums = {n: checksum_bytes("xxh3_64", tensor_bytes(t)) for n, t in named.items()}
-                results.put((rank, step, "ok", version, pack(named), sums))
+                results.put((rank, step, "ok", version, pack(named), sums | extra))
             except ChecksumMismatch as err:
-                results.put((rank, step, "checksum_mismatch", None, b"", {"error": str(err)}))
+                results.put((rank, step, "checksum_mismatch", None, b"", {"error": str(err), "handed": list(named)}))
                 # The group survives a refused version; corrupt only the first.
                 receiver._bucket_hook = None  # type: ignore[attr-defined]
             except SyncError as err:
+                if step == "stream_abandon":  # reported to the group as an error; the group goes on
+                    results.put((rank, step, "abandoned", None, b"", {"error": str(err), "handed": list(named)}))
+                    continue
                 elapsed = time.monotonic() - started
                 results.put((rank, step, "sync_error", None, b"", {"error": str(err), "seconds": elapsed}))
                 receiver.close()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -175,7 +175,8 @@ class WeightSender(SyncSender):
         # Tensors on another device (CPU weights bound for NCCL) are copied bucket by bucket into staging.
         named = [(name, tensor.detach()) for name, tensor in named_tensors]
         layout = ChunkLayout.plan(named, self.spec.bucket_bytes)
-        self.transport.send_message(layout.to_message())
+        previous = self._checksums[-1] if self._checksums else []
+        self.transport.send_message(layout.to_message() | {"previous_checksums": previous})
         sources = [tensor_bytes(t) for _, t in named]
         staging = self._staging_buffers(min(layout.bucket_bytes, layout.total_bytes))
         checksum = self.checksums.of_chunk(version, len(self._checksums), layout)
@@ -279,58 +280,139 @@ class WeightReceiver(SyncReceiver):
             return self._receive_version()
 
     def _receive_version(self) -> tuple[int, Iterator[tuple[str, torch.Tensor]]]:
-        start = self.transport.recv_message()
-        if start.get("kind") != START:
-            return self._protocol_error(f"expected {START}, got {start.get('kind')}")
-        version = int(start["version"])
+        version = self._receive_start()
         chunks: list[tuple[ChunkLayout, torch.Tensor, list[int]]] = []
-        while True:
-            message = self.transport.recv_message()
-            if message["kind"] == FINISH:
-                break
-            if message["kind"] != CHUNK:
-                return self._protocol_error(f"unexpected message {message['kind']}")
+        while (message := self._next_message()) is not None and message["kind"] == CHUNK:
             layout = ChunkLayout.from_message(message)
             stream = self._streams.get(len(chunks), layout.total_bytes)
-            checksum = self.checksums.of_chunk(version, len(chunks), layout)
-            sums: list[int] = []
-            # Bucket k+1 is already being received while bucket k is hashed.
-            handles = [
-                self.transport.broadcast_async(stream[slice(*layout.bucket_range(i))], f"bucket {i}")
-                for i in range(min(2, layout.bucket_count))
-            ]
-            for index in range(layout.bucket_count):
-                self.transport.wait(handles[index])
-                if index + 2 <= layout.bucket_count - 1:
-                    nxt = index + 2
-                    handles.append(
-                        self.transport.broadcast_async(stream[slice(*layout.bucket_range(nxt))], f"bucket {nxt}")
-                    )
-                bucket = stream[slice(*layout.bucket_range(index))]
-                if self._bucket_hook is not None:
-                    self._bucket_hook(len(chunks), index, bucket)
-                sums.append(checksum(index, bucket))
-            chunks.append((layout, stream, sums))
-
-        received = [s for _, _, s in chunks]
-        status, problem = verdict(
-            version, int(message["version"]), received, message["checksums"], self.version, self.checksums.authenticated
-        )
-        # Report before raising, so every member completes the same message sequence and the group survives.
-        self.transport.allgather_status(status, version)
-        raise_refusal(status, problem, self.spec, self.rank, version)
-        self.version, self.published_digest = version, message.get("digest")
+            chunks.append((layout, stream, self._receive_chunk(version, len(chunks), layout, stream)))
+        self._conclude(version, message, [s for _, _, s in chunks])
         return version, iter(hand_over(self.spec, self.rank, version, chunks))
 
-    def _wait_for_doorbell(self, idle_timeout_s: float | None) -> None:
+    def receive_streamed(self, idle_timeout_s: float | None = None) -> tuple[int, Iterator[tuple[str, torch.Tensor]]]:
+        """The version the trainer announced, and its tensors as each chunk arrives and its checksums match.
+
+        Holds one chunk, not the version: chunk k is verified against the checksums the sender puts in chunk
+        k+1's header (the last against FINISH) and handed over before chunk k+1's buckets are received, so the
+        sender waits while the consumer loads it. The iterator raises `ChecksumMismatch` at the first chunk that
+        does not match, after the rest of the version was received (unloaded) and the refusal reported, so the
+        group survives; what was handed over before it stays with the consumer, who must not serve it as a
+        version. Abandoned part-way (`close()`), it receives the rest and reports an error status.
+        """
+        self.transport.ensure_usable()
+        announced = self._wait_for_doorbell(idle_timeout_s)
+        return announced, self._stream_version(announced)
+
+    def _stream_version(self, announced: int) -> Iterator[tuple[str, torch.Tensor]]:
+        received: list[list[int]] = []
+        held: tuple[ChunkLayout, torch.Tensor] | None = None  # the chunk waiting for its checksums
+        finished = False
+        try:
+            with self.transport.guard("streamed receive"):
+                version = self._receive_start()
+                if version != announced:
+                    self._protocol_error(f"start of version {version} after the doorbell of {announced}")
+            while True:
+                with self.transport.guard("streamed receive"):
+                    message = self._next_message()
+                    expected = (
+                        message["checksums"][-1:] if message["kind"] == FINISH else [message["previous_checksums"]]
+                    )
+                if held is not None:
+                    if expected != received[-1:]:
+                        break  # the verdict below names the chunk; nothing more is handed over
+                    yield from held[0].tensors(held[1])
+                    held = None
+                if message["kind"] == FINISH:
+                    finished = True  # judged here, accepted or refused
+                    with self.transport.guard("streamed receive"):
+                        self._conclude(version, message, received)
+                    return
+                layout = ChunkLayout.from_message(message)
+                stream = torch.empty(layout.total_bytes, dtype=torch.uint8, device=self.transport.device)
+                with self.transport.guard("streamed receive"):
+                    received.append(self._receive_chunk(version, len(received), layout, stream))
+                held = (layout, stream)
+            finished = True  # a chunk failed its checksums: the rest is received unloaded and the version refused
+            with self.transport.guard("streamed receive"):
+                self._drain(version, message, received)
+        finally:
+            if not finished and self.transport.broken is None:  # abandoned by the consumer: finish unloaded
+                with self.transport.guard("streamed receive, abandoned by the engine"):
+                    self._drain(version, message, received, STATUS_PROTOCOL)
+
+    def _drain(
+        self, version: int, message: dict[str, Any], received: list[list[int]], status: int | None = None
+    ) -> None:
+        """Receive the rest of `version` without handing it over, from `message` (received, not yet acted on),
+        then report (`status`, else the verdict) and raise its refusal."""
+        while message["kind"] == CHUNK:
+            layout = ChunkLayout.from_message(message)
+            stream = torch.empty(layout.total_bytes, dtype=torch.uint8, device=self.transport.device)
+            received.append(self._receive_chunk(version, len(received), layout, stream))
+            message = self._next_message()
+        self._conclude(version, message, received, status)
+
+    def _receive_start(self) -> int:
+        start = self.transport.recv_message()
+        if start.get("kind") != START:
+            self._protocol_error(f"expected {START}, got {start.get('kind')}")
+        return int(start["version"])
+
+    def _next_message(self) -> dict[str, Any]:
+        message = self.transport.recv_message()
+        if message["kind"] not in (CHUNK, FINISH):
+            self._protocol_error(f"unexpected message {message['kind']}")
+        return message
+
+    def _receive_chunk(self, version: int, index: int, layout: ChunkLayout, stream: torch.Tensor) -> list[int]:
+        """Receive chunk `index`'s buckets into `stream`; returns their checksums."""
+        checksum = self.checksums.of_chunk(version, index, layout)
+        sums: list[int] = []
+        # Bucket k+1 is already being received while bucket k is hashed.
+        handles = [
+            self.transport.broadcast_async(stream[slice(*layout.bucket_range(i))], f"bucket {i}")
+            for i in range(min(2, layout.bucket_count))
+        ]
+        for bucket_index in range(layout.bucket_count):
+            self.transport.wait(handles[bucket_index])
+            if bucket_index + 2 <= layout.bucket_count - 1:
+                nxt = bucket_index + 2
+                handles.append(
+                    self.transport.broadcast_async(stream[slice(*layout.bucket_range(nxt))], f"bucket {nxt}")
+                )
+            bucket = stream[slice(*layout.bucket_range(bucket_index))]
+            if self._bucket_hook is not None:
+                self._bucket_hook(index, bucket_index, bucket)
+            sums.append(checksum(bucket_index, bucket))
+        return sums
+
+    def _conclude(
+        self, version: int, finish: dict[str, Any], received: list[list[int]], status: int | None = None
+    ) -> None:
+        """Judge the version by its FINISH message, report to every member, raise a refusal; record an accepted one.
+        `status`: report this instead of the verdict (an update abandoned by the engine)."""
+        verdict_status, problem = verdict(
+            version, int(finish["version"]), received, finish["checksums"], self.version, self.checksums.authenticated
+        )
+        if status is not None and verdict_status == STATUS_OK:
+            verdict_status, problem = status, f"version {version}: the engine stopped loading it part-way"
+        # Report before raising, so every member completes the same message sequence and the group survives.
+        self.transport.allgather_status(verdict_status, version)
+        raise_refusal(verdict_status, problem, self.spec, self.rank, version)
+        self.version, self.published_digest = version, finish.get("digest")
+
+    def _wait_for_doorbell(self, idle_timeout_s: float | None) -> int:
+        """Wait for the next update to begin; returns the version it announces."""
         self._seq += 1
         try:
             wait_for_doorbell(self.transport.store, self._seq, self.spec, idle_timeout_s)
         except NoUpdateYet:
             self._seq -= 1  # nothing was consumed: the next receive() waits for the same update
             raise
+        return int(self.transport.store.get(doorbell(self._seq)))
 
-    def _protocol_error(self, problem: str) -> tuple[int, Iterator[tuple[str, torch.Tensor]]]:
+    def _protocol_error(self, problem: str) -> NoReturn:
         self.transport.mark_broken(problem)
         raise SyncError(f"sync protocol error on rank {self.rank}: {problem}; re-form the group")
 

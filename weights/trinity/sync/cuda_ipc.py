@@ -49,7 +49,7 @@ from trinity.sync.collective import (
 from trinity.sync.errors import NoUpdateYet, StaleVersion, SyncError, as_sync_error
 from trinity.sync.interface import NamedTensors, SyncReceiver, SyncReport, SyncSender, register_sync_backend
 from trinity.sync.placement import device_identity
-from trinity.sync.protocol import CHUNK, FINISH, STATUS_NAMES, STATUS_OK, ChunkLayout
+from trinity.sync.protocol import CHUNK, FINISH, STATUS_NAMES, STATUS_OK, STATUS_PROTOCOL, ChunkLayout
 from trinity.sync.spec import Rendezvous, SyncGroupSpec
 from trinity.sync.transport import open_store, resolve_device
 
@@ -477,6 +477,63 @@ class IpcReceiver(_Member, SyncReceiver):
         log.info("sync.joined", group=self.spec.name, generation=self.spec.generation, rank=self.rank)
 
     def receive(self, idle_timeout_s: float | None = None) -> tuple[int, Iterator[tuple[str, torch.Tensor]]]:
+        version = self._wait_for_doorbell(idle_timeout_s)
+        with self.guard("receive"):
+            chunks: list[tuple[ChunkLayout, torch.Tensor, list[int]]] = []
+            sent: list[list[int]] = []
+            while (message := self._next_message(version, len(chunks)))["kind"] == CHUNK:
+                layout = ChunkLayout.from_message(message["layout"])
+                stream = self._streams.get(len(chunks), layout.total_bytes)
+                chunks.append((layout, stream, self._copy_out(version, len(chunks), layout, message["buffer"], stream)))
+                sent.append(message["checksums"])
+            self._conclude(version, message, [s for _, _, s in chunks], sent)
+            return version, iter(hand_over(self.spec, self.rank, version, chunks))
+
+    def receive_streamed(self, idle_timeout_s: float | None = None) -> tuple[int, Iterator[tuple[str, torch.Tensor]]]:
+        """As `WeightReceiver.receive_streamed`: each chunk's message carries its checksums, so a chunk is handed
+        over once copied out and verified, and only that copy is held."""
+        version = self._wait_for_doorbell(idle_timeout_s)
+        return version, self._stream_version(version)
+
+    def _stream_version(self, version: int) -> Iterator[tuple[str, torch.Tensor]]:
+        received: list[list[int]] = []
+        sent: list[list[int]] = []
+        settled = False  # judged (accepted or refused), or the group broke: nothing left to receive
+        try:
+            while True:
+                with self.guard("streamed receive"):
+                    message = self._next_message(version, len(received))
+                    if message["kind"] == FINISH:
+                        settled = True
+                        self._conclude(version, message, received, sent)
+                        return
+                    layout = ChunkLayout.from_message(message["layout"])
+                    stream = torch.empty(layout.total_bytes, dtype=torch.uint8, device=self.device)
+                    received.append(self._copy_out(version, len(received), layout, message["buffer"], stream))
+                    sent.append(message["checksums"])
+                if received[-1] != sent[-1]:
+                    settled = True  # the rest is copied out unloaded and the version refused
+                    with self.guard("streamed receive"):
+                        self._drain(version, received, sent)
+                    return
+                yield from layout.tensors(stream)
+                del stream
+        finally:
+            if not settled and self.broken is None:  # abandoned by the consumer: finish unloaded
+                with self.guard("streamed receive, abandoned by the engine"):
+                    self._drain(version, received, sent, STATUS_PROTOCOL)
+
+    def _drain(self, version: int, received: list[list[int]], sent: list[list[int]], status: int | None = None) -> None:
+        """Copy out the rest of `version` without handing it over, then report and raise its refusal."""
+        while (message := self._next_message(version, len(received)))["kind"] == CHUNK:
+            layout = ChunkLayout.from_message(message["layout"])
+            stream = torch.empty(layout.total_bytes, dtype=torch.uint8, device=self.device)
+            received.append(self._copy_out(version, len(received), layout, message["buffer"], stream))
+            sent.append(message["checksums"])
+        self._conclude(version, message, received, sent, status)
+
+    def _wait_for_doorbell(self, idle_timeout_s: float | None) -> int:
+        """Wait for the next update to begin; returns the version it announces."""
         self.ensure_usable()
         self._seq += 1
         try:
@@ -484,47 +541,44 @@ class IpcReceiver(_Member, SyncReceiver):
         except NoUpdateYet:
             self._seq -= 1  # nothing was consumed: the next receive() waits for the same update
             raise
-        with self.guard("receive"):
-            return self._receive_version()
+        return int(self.store.get(doorbell(self._seq)))
 
-    def _receive_version(self) -> tuple[int, Iterator[tuple[str, torch.Tensor]]]:
-        version = int(self.store.get(doorbell(self._seq)))
-        chunks: list[tuple[ChunkLayout, torch.Tensor, list[int]]] = []
-        sent: list[list[int]] = []
-        while True:
-            message = self.take(f"u{self._seq}/msg/{len(chunks)}", f"message {len(chunks)} of version {version}")
-            if message["kind"] == FINISH:
-                break
-            if message["kind"] == ABORT:
-                self.mark_broken(f"the trainer abandoned version {version}")
-                raise SyncError(f"the trainer abandoned version {version}: {message.get('reason')}")
-            if message["kind"] != CHUNK:
-                self.mark_broken(f"unexpected message {message['kind']}")
-                raise SyncError(f"sync protocol error on rank {self.rank}: unexpected message {message['kind']}")
-            layout = ChunkLayout.from_message(message["layout"])
-            stream = self._copy_out(len(chunks), layout, message["buffer"])
-            checksum = self.checksums.of_chunk(version, len(chunks), layout)
-            sums = []
-            for index in range(layout.bucket_count):
-                bucket = stream[slice(*layout.bucket_range(index))]
-                if self._bucket_hook is not None:
-                    self._bucket_hook(len(chunks), index, bucket)
-                sums.append(checksum(index, bucket))
-            chunks.append((layout, stream, sums))
-            sent.append(message["checksums"])
-        received = [s for _, _, s in chunks]
-        status, problem = verdict(
-            version, int(message["version"]), received, sent, self.version, self.checksums.authenticated
+    def _next_message(self, version: int, index: int) -> dict[str, Any]:
+        """Message `index` of the update: a CHUNK or FINISH (an abandoned or unexpected one raises `SyncError`)."""
+        message = self.take(f"u{self._seq}/msg/{index}", f"message {index} of version {version}")
+        if message["kind"] == ABORT:
+            self.mark_broken(f"the trainer abandoned version {version}")
+            raise SyncError(f"the trainer abandoned version {version}: {message.get('reason')}")
+        if message["kind"] not in (CHUNK, FINISH):
+            self.mark_broken(f"unexpected message {message['kind']}")
+            raise SyncError(f"sync protocol error on rank {self.rank}: unexpected message {message['kind']}")
+        return message
+
+    def _conclude(
+        self,
+        version: int,
+        finish: dict[str, Any],
+        received: list[list[int]],
+        sent: list[list[int]],
+        status: int | None = None,
+    ) -> None:
+        """Judge the version, report to the trainer, raise a refusal; record an accepted one. `status`: report this
+        instead of the verdict (an update abandoned by the engine)."""
+        verdict_status, problem = verdict(
+            version, int(finish["version"]), received, sent, self.version, self.checksums.authenticated
         )
-        self.store.set(f"u{self._seq}/status/{self.rank}", str(status))
-        raise_refusal(status, problem, self.spec, self.rank, version)
-        self.version, self.published_digest = version, message.get("digest")
-        return version, iter(hand_over(self.spec, self.rank, version, chunks))
+        if status is not None and verdict_status == STATUS_OK:
+            verdict_status, problem = status, f"version {version}: the engine stopped loading it part-way"
+        self.store.set(f"u{self._seq}/status/{self.rank}", str(verdict_status))
+        raise_refusal(verdict_status, problem, self.spec, self.rank, version)
+        self.version, self.published_digest = version, finish.get("digest")
 
-    def _copy_out(self, chunk: int, layout: ChunkLayout, handle: dict[str, Any] | None) -> torch.Tensor:
-        """This receiver's copy of a shared chunk; the sender may reuse the buffer once every copy is done."""
+    def _copy_out(
+        self, version: int, chunk: int, layout: ChunkLayout, handle: dict[str, Any] | None, stream: torch.Tensor
+    ) -> list[int]:
+        """Copy a shared chunk into `stream` and return its checksums; the sender may reuse the buffer once every
+        copy is done."""
         done = f"u{self._seq}/done/{chunk}/{self.rank}"
-        stream = self._streams.get(chunk, layout.total_bytes)
         try:
             if layout.total_bytes:
                 if handle is None:
@@ -537,7 +591,14 @@ class IpcReceiver(_Member, SyncReceiver):
             self.store.set(done, f"error: {err!r}"[:2000])
             raise
         self.store.set(done, "ok")
-        return stream
+        checksum = self.checksums.of_chunk(version, chunk, layout)
+        sums = []
+        for index in range(layout.bucket_count):
+            bucket = stream[slice(*layout.bucket_range(index))]
+            if self._bucket_hook is not None:
+                self._bucket_hook(chunk, index, bucket)
+            sums.append(checksum(index, bucket))
+        return sums
 
     def close(self) -> None:
         self.store = None

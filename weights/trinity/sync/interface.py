@@ -1,13 +1,14 @@
 """The named interface every sync backend implements, and the registry that picks one by `spec.backend`.
 
 Trainer side:   init() -> start(version) -> update(named_tensors)* -> finish(version) -> close()
-Explorer side:  init() -> receive() / receive_into(load_fn) ... -> close()
+Explorer side:  init() -> receive() / receive_streamed() / receive_into(load_fn) ... -> close()
 """
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -132,6 +133,12 @@ class SyncReceiver(ABC):
     @abstractmethod
     def close(self) -> None: ...
 
+    def receive_streamed(self, idle_timeout_s: float | None = None) -> tuple[int, Iterator[tuple[str, torch.Tensor]]]:
+        """Like `receive`, for a consumer that loads as tensors arrive: a backend that can verify part of a version
+        (the collective one: a chunk at a time) hands each part over once verified and holds no more than it;
+        this default receives and verifies the whole version first. Finish the iterator with `finish_stream`."""
+        return self.receive(idle_timeout_s)
+
     def receive_into(
         self, load_fn: LoadFn, group_by: Literal["layer", "all"] = "layer", idle_timeout_s: float | None = None
     ) -> int:
@@ -154,6 +161,16 @@ class SyncReceiver(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def finish_stream(named: Iterator[tuple[str, torch.Tensor]]) -> None:
+    """After the consumer of `receive_streamed` stopped, for any reason: an update it left part-way (or never
+    began) is received to its end unloaded and reported as an error, so the group goes on (raises `SyncError`)."""
+    if not isinstance(named, Generator):
+        return  # received whole: nothing is pending on the group
+    if inspect.getgeneratorstate(named) == inspect.GEN_CREATED:
+        next(named, None)  # a generator that never ran cannot clean up on close: run it to its first tensor
+    named.close()
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Message order on the group (rank 0 broadcasts, every other rank receives):
 
     START {version}
-    ( CHUNK {names, dtypes, shapes, offsets, total_bytes, bucket_bytes}  bucket_0 .. bucket_k-1 )*
+    ( CHUNK {names, dtypes, shapes, offsets, total_bytes, bucket_bytes, previous_checksums}  bucket_0 .. bucket_k-1 )*
     FINISH {version, checksums per chunk per bucket}
     allgather(status)            every member reports accept/refuse; rank 0 learns who serves the version
 
@@ -12,6 +12,10 @@ One CHUNK per `update()` call; `SyncSender.publish` cuts the weights into chunks
 back to back in one byte stream (each at a 64-byte aligned offset, so a receiver can view any dtype in
 place), and the stream is cut into buckets of `bucket_bytes`: a bucket may hold many small tensors or a
 slice of a large one (a tensor larger than a bucket is a chunk of its own).
+
+Each CHUNK also carries the checksums of the chunk before it (FINISH carries the last chunk's among all of
+them), so a receiver that streams into its engine can verify a chunk before loading it while holding no more
+than that chunk: it never waits for FINISH to learn what it should have received.
 """
 
 from __future__ import annotations
@@ -105,7 +109,8 @@ class ChunkLayout:
 
     @classmethod
     def from_message(cls, message: dict[str, Any]) -> ChunkLayout:
-        return cls(**{k: v for k, v in message.items() if k != "kind"})
+        """The layout of a CHUNK message (whatever else the message carries)."""
+        return cls(**{k: message[k] for k in cls.__dataclass_fields__})
 
     @classmethod
     def plan(cls, named: list[tuple[str, torch.Tensor]], bucket_bytes: int) -> ChunkLayout:

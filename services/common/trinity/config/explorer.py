@@ -56,7 +56,13 @@ class VllmEngineOptions(_Section):
         description="log-probs of the distribution sampled from (after temperature, top-k, top-p), or the raw one",
     )
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1, description="GPU build: share of GPU memory used")
-    weight_bucket_bytes: int = Field(default=1 << 30, gt=0, description="bytes of tensors per in-place reload call")
+    weight_bucket_bytes: int | None = Field(
+        default=None,
+        gt=0,
+        description="bytes of tensors per in-place reload call (whole decoder layers); unset: 1 GiB for a staged "
+        "version (in memory whole already: fewer calls), 64 MiB for a streamed one (what the engine holds beside "
+        "the model)",
+    )
     extra: dict[str, Any] = Field(default_factory=dict, description="more `vllm.LLM` keyword arguments, passed as is")
 
 

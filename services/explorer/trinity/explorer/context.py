@@ -14,10 +14,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from functools import cached_property, partial
+from typing import TYPE_CHECKING
 
 from trinity.clients import BufferClient, GatewayClient
 from trinity.clients.gateway import RunReporter
 from trinity.config import RunConfig, naming
+from trinity.config.sync import resolve_explorer_receive
 from trinity.explorer.engines.base import Engine, SamplingSettings
 from trinity.explorer.metrics import DIGEST_MATCH, WEIGHT_VERSION
 from trinity.explorer.rewards.judge_client import JudgeSettings, build_judge
@@ -26,11 +28,17 @@ from trinity.explorer.weight_feed import WeightFeed
 from trinity.explorer.workflows import create_workflow
 from trinity.explorer.workflows.base import RolloutSettings, Workflow
 from trinity.explorer.workflows.routing import TaskWorkflows, workflow_for_run
-from trinity.models.digest import weights_digest
+from trinity.models.digest import WeightsDigest, weights_digest
+from trinity.runtime.agent import has_gpu
 from trinity.runtime.logging import get_logger
 from trinity.runtime.run_host import ReportingRunner
 from trinity.runtime.spans import now_ms
 from trinity.v1 import gateway_pb2
+
+if TYPE_CHECKING:
+    import torch
+
+    from trinity.sync import SyncReceiver
 
 log = get_logger(__name__)
 
@@ -211,9 +219,26 @@ class ExplorerContext(ReportingRunner):
     # ---- weights ----------------------------------------------------------------------------------------
 
     def start_weight_feed(self) -> None:
-        """Join the run's sync group in the background; versions are staged until applied."""
-        self.feed = WeightFeed(self.gateway, self.run_id, self.instance_id, device=self.engine.device)
+        """Join the run's sync group in the background; versions are staged until applied, or streamed into the
+        engine as they arrive (`synchronizer.explorer_receive`)."""
+        receive = resolve_explorer_receive(self.config.synchronizer.explorer_receive, has_gpu())
+        log.info("weights.receive_mode", run_id=self.run_id, explorer_receive=receive)
+        stream_into = self._load_streamed if receive == "streamed" else None
+        self.feed = WeightFeed(
+            self.gateway, self.run_id, self.instance_id, device=self.engine.device, stream_into=stream_into
+        )
         self.feed.start()
+
+    def _load_streamed(
+        self, version: int, named: Iterator[tuple[str, torch.Tensor]], receiver: SyncReceiver, listening: int
+    ) -> None:
+        """The feed's thread: load a version as its verified chunks arrive (the engine holds calls meanwhile)."""
+        started, loading = time.perf_counter(), now_ms()
+        digest = WeightsDigest()
+        self.engine.load_weights(version, digest.observe(named))
+        # Received and loaded in one pass: the span runs from the update's first byte to the engine's last copy.
+        self.record(gateway_pb2.PHASE_WEIGHT_LOAD, loading, version=version)
+        self._loaded(version, time.perf_counter() - started, digest.value, receiver.published_digest)
 
     def apply_staged_weights(self, wait_s: float = 0.0) -> None:
         """Swap in the newest staged version, waiting up to `wait_s` for one; reports a `weights` event."""
@@ -229,26 +254,24 @@ class ExplorerContext(ReportingRunner):
                     self.record(gateway_pb2.PHASE_WEIGHT_RECEIVE, received, end_ms=arrived, version=staged.version)
                 self.engine.load_weights(staged.version, staged.tensors)
                 self.record(gateway_pb2.PHASE_WEIGHT_LOAD, loading, version=staged.version)
-                WEIGHT_VERSION.set(staged.version)
-                loaded = weights_digest(staged.tensors)
-                metrics = {
-                    "load_seconds": time.perf_counter() - started,
-                    "weights_digest": float(loaded),
-                    "version": float(staged.version),
-                }
-                published = staged.published_digest
-                if published is not None:  # the trainer's digest of what it sent, against ours of what we loaded
-                    metrics |= {"published_digest": float(published), "digest_match": float(loaded == published)}
-                    DIGEST_MATCH.set(metrics["digest_match"])
-                self.report(
-                    gateway_pb2.EVENT_KIND_WEIGHTS, message=f"serving version {staged.version}", metrics=metrics
-                )
-                if published is not None and loaded != published:
-                    self._digest_mismatch(staged.version, loaded, published)
+                seconds = time.perf_counter() - started
+                self._loaded(staged.version, seconds, weights_digest(staged.tensors), staged.published_digest)
                 return
             if time.monotonic() >= deadline:
                 return
             time.sleep(STAGED_POLL_S)
+
+    def _loaded(self, version: int, seconds: float, loaded: int, published: int | None) -> None:
+        """Report a version the engine now serves; `published`: the trainer's digest of what it sent, against
+        `loaded`, ours of what the engine loaded."""
+        WEIGHT_VERSION.set(version)
+        metrics = {"load_seconds": seconds, "weights_digest": float(loaded), "version": float(version)}
+        if published is not None:
+            metrics |= {"published_digest": float(published), "digest_match": float(loaded == published)}
+            DIGEST_MATCH.set(metrics["digest_match"])
+        self.report(gateway_pb2.EVENT_KIND_WEIGHTS, message=f"serving version {version}", metrics=metrics)
+        if published is not None and loaded != published:
+            self._digest_mismatch(version, loaded, published)
 
     def _digest_mismatch(self, version: int, loaded: int, published: int) -> None:
         """A warning event, or with `monitor.consistency.action: stop` the explorer's failure (the run's)."""
@@ -272,14 +295,15 @@ class ExplorerContext(ReportingRunner):
         while True:
             applying = now_ms()
             self.apply_staged_weights()
-            if self.model_version >= needed:
+            # A torn engine (an update that failed part-way) serves nothing until a whole version is in.
+            if self.model_version >= needed and self.engine.torn is None:
                 if waiting is not None:
                     self.record(gateway_pb2.PHASE_WEIGHT_WAIT, waiting, end_ms=applying, version=needed)
                 return True
             if self.stopped:
                 return False
-            if self.feed is not None and self.feed.error is not None:
-                raise RuntimeError(f"weight sync failed: {self.feed.error}")
+            if self.feed is not None and self.feed.failure is not None:
+                raise self.feed.failure
             waiting = now_ms() if waiting is None else waiting
             self.wait(STAGED_POLL_S)
 
@@ -291,7 +315,7 @@ class ExplorerContext(ReportingRunner):
         final = (train_steps // sync.sync_interval) * sync.sync_interval
         deadline = time.monotonic() + sync.timeout_seconds
         while self.model_version < final and time.monotonic() < deadline:
-            if self.feed.error is not None:
+            if self.feed.failure is not None:
                 return
             try:
                 if self.gateway.get_run(self.run_id).state in RUN_OVER:

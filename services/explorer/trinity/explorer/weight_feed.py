@@ -1,7 +1,10 @@
-"""The explorer's side of weight sync: join the run's sync group and stage each verified version.
+"""The explorer's side of weight sync: join the run's sync group and stage or stream each verified version.
 
-A background thread receives (the trainer never waits for a rollout batch to finish); the runner
-takes the newest staged version between batches. After a failure the feed joins the next generation.
+A background thread receives. Staged (`synchronizer.explorer_receive: staged`): the whole version is received
+and verified beside the rollouts (the trainer never waits for a rollout batch to finish) and the runner takes the
+newest staged version between batches; the explorer holds a second copy of the model meanwhile. Streamed: each
+verified chunk goes straight into the engine (`stream_into`), which holds its calls for the length of the
+update, and the explorer's extra memory is about one chunk. After a failure the feed joins the next generation.
 """
 
 from __future__ import annotations
@@ -9,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import grpc
 import torch
@@ -19,6 +24,9 @@ from trinity.runtime.agent import has_gpu
 from trinity.runtime.logging import get_logger
 from trinity.runtime.spans import now_ms
 from trinity.sync.placement import device_option, host_id, sync_gpus
+
+if TYPE_CHECKING:
+    from trinity.sync import SyncReceiver
 
 log = get_logger(__name__)
 
@@ -35,17 +43,29 @@ class Staged:
     received_ms: tuple[int, int] = (0, 0)  # unix ms: listening for it began (up to IDLE_WAIT_S early), it was in
 
 
+StreamInto = Callable[[int, Iterator[tuple[str, torch.Tensor]], "SyncReceiver", int], None]
+"""`stream_into(version, named_tensors, receiver, listening_ms)`: load a version as its verified tensors arrive;
+`receiver.published_digest` is the sender's once the tensors are exhausted."""
+
+
 class WeightFeed:
     def __init__(
-        self, gateway: GatewayClient, run_id: str, instance_id: str, device: torch.device | None = None
+        self,
+        gateway: GatewayClient,
+        run_id: str,
+        instance_id: str,
+        device: torch.device | None = None,
+        stream_into: StreamInto | None = None,
     ) -> None:
         """`device`: the engine's (a GPU backend receives into it, and its GPU is the one reported to the Gateway);
-        None: the current CUDA device."""
+        None: the current CUDA device. `stream_into`: load each version as it arrives instead of staging it."""
         self.gateway = gateway
         self.device = device
         self.run_id = run_id
         self.instance_id = instance_id
-        self.error: str | None = None
+        self.stream_into = stream_into
+        self.failure: BaseException | None = None
+        """Why the feed stopped for good: a streamed load that failed in the engine (the runner raises it)."""
         self._staged: Staged | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -85,6 +105,9 @@ class WeightFeed:
                 while not self._stop.is_set():
                     listening = now_ms()
                     try:
+                        if self.stream_into is not None:
+                            self._stream(receiver, listening)
+                            continue
                         version, named = receiver.receive(idle_timeout_s=IDLE_WAIT_S)
                     except NoUpdateYet:
                         if self._generation_current():
@@ -100,12 +123,29 @@ class WeightFeed:
             except SyncError as err:
                 log.warning("weights.sync_failed", error=str(err), generation=self.generation)
                 self._report_failure(str(err))
+            except Exception as err:  # noqa: BLE001 - the engine failed a streamed load: the runner raises it
+                log.error("weights.load_failed", error=repr(err), generation=self.generation)
+                self.failure = err
+                return
             except grpc.RpcError as err:
                 log.warning("weights.gateway_error", error=err.details())
                 self._stop.wait(1.0)
             finally:
                 if receiver is not None:
                     receiver.close()
+
+    def _stream(self, receiver: SyncReceiver, listening: int) -> None:
+        from trinity.sync import SyncError, finish_stream
+
+        assert self.stream_into is not None
+        version, named = receiver.receive_streamed(idle_timeout_s=IDLE_WAIT_S)
+        try:
+            self.stream_into(version, named, receiver, listening)
+        finally:
+            # The engine stopped part-way (or never began): receive the rest unloaded and report it, so the group
+            # goes on; the engine's own error is the one that matters.
+            with contextlib.suppress(SyncError):
+                finish_stream(named)
 
     def _join(self):
         """Join the newest generation once the trainer has opened it, then wait until every member is in."""

@@ -103,6 +103,11 @@ class EngineFailed(RuntimeError):
     """The engine itself is gone (not one request's fault): no further call can succeed."""
 
 
+class WeightsTorn(RuntimeError):
+    """A weight update failed part-way: the model holds a mix of two versions and serves nothing until a whole
+    version has loaded (the trainer publishes again after a failed update)."""
+
+
 _DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("engine_deadline", default=None)
 
 
@@ -226,6 +231,7 @@ class Engine(ABC):
         self._gate = VersionGate()
         self._serial = threading.Lock()  # engines without continuous batching run one call at a time
         self._model_version = 0
+        self._torn: str | None = None
 
     # --- what a backend implements -------------------------------------------------------------
     @property
@@ -277,12 +283,23 @@ class Engine(ABC):
     def calls_in_flight(self) -> int:
         return self._gate.calls_in_flight
 
+    @property
+    def torn(self) -> str | None:
+        """Why the model holds part of an update (calls raise `WeightsTorn`); None when it holds one version."""
+        return self._torn
+
+    def _enter_call(self) -> None:
+        self._gate.enter_call()
+        if self._torn is not None:
+            self._gate.leave_call()
+            raise WeightsTorn(self._torn)
+
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         """Sample every request; the results are in request order and share one weight version."""
         requests = list(requests)
         prompts = [self.encode_prompt(r) for r in requests]
         check_deadline()
-        self._gate.enter_call()
+        self._enter_call()
         try:
             version = self._model_version
             samples = self._run_generate(prompts, requests) if requests else []
@@ -298,7 +315,7 @@ class Engine(ABC):
         """Sample one request, its tokens delivered as they come (see `GenerationStream`)."""
         prompt = self.encode_prompt(request)
         check_deadline()
-        self._gate.enter_call()
+        self._enter_call()
         released = threading.Event()
 
         def finished() -> None:  # the gate counts the backend's work, not the reader's: a slow reader holds no load
@@ -325,15 +342,24 @@ class Engine(ABC):
         """Swap in new weights (Hugging Face names) between generate calls and record `version`.
 
         Versions never go back (DESIGN.md, monotonic weights); reloading the current version is
-        allowed so a failed sync can be retried. If loading raises, the model may hold a mix of old
-        and new tensors: the version is left unchanged and the caller must retry or reload.
+        allowed so a failed sync can be retried. `named_tensors` may arrive as they are received (a streamed
+        sync): calls wait until it is exhausted. If loading raises, the model may hold a mix of old and new
+        tensors: the version is left unchanged and the engine is `torn` (calls raise `WeightsTorn`) until a
+        whole version has loaded.
         """
         with self._gate.load():
             if version < self._model_version:
                 raise ValueError(f"weight version {version} is older than the served version {self._model_version}")
             failpoint("weights.load")  # received and verified, generation held off, the engine not yet changed
-            self._load_weights(named_tensors)
-            self._model_version = version
+            try:
+                self._load_weights(named_tensors)
+            except BaseException as err:
+                self._torn = (
+                    f"the update to weight version {version} failed part-way ({err!r}); the engine serves again "
+                    f"once a whole version has loaded (it served version {self._model_version})"
+                )
+                raise
+            self._model_version, self._torn = version, None
 
     def load_weights_from_dir(self, version: int, path: str | Path) -> None:
         """The checkpoint fallback: load every `*.safetensors` file under `path` as version `version`."""

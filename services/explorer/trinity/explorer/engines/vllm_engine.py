@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -21,6 +21,8 @@ from trinity.explorer.engines.base import (
 from trinity.explorer.engines.registry import ENGINES
 from trinity.explorer.engines.vllm_loop import EngineLoop
 from trinity.explorer.engines.weights import checkpoint_tensor_names, complete_groups
+
+STAGED_RELOAD_BYTES, STREAMED_RELOAD_BYTES = 1 << 30, 64 << 20
 
 
 class VllmEngineConfig(VllmEngineOptions):
@@ -145,7 +147,12 @@ class VllmEngine(Engine):
         # Tensors are cast here so the worker's loaders copy same-dtype data (the trainer may send bf16).
         dtype = self._model_dtype()
         cast = ((n, t.detach().to(dtype)) for n, t in named_tensors)
-        for bucket in complete_groups(cast, self._expected_names, self.config.weight_bucket_bytes):
+        # Each reload call passes over the whole model (vLLM restores and re-processes every module): a staged
+        # version, in memory whole already, goes in few large calls; a streamed one in calls about the sync's
+        # bucket, so that the engine holds little beyond the chunk being received (docs/weight-sync.md).
+        staged = isinstance(named_tensors, Sequence)
+        bucket_bytes = self.config.weight_bucket_bytes or (STAGED_RELOAD_BYTES if staged else STREAMED_RELOAD_BYTES)
+        for bucket in complete_groups(cast, self._expected_names, bucket_bytes):
             self._loop.call(functools.partial(self._llm.collective_rpc, "trinity_reload_weights", args=(bucket,)))
         # Cached KV blocks were computed by the old weights.
         self._loop.call(self._llm.reset_prefix_cache)
