@@ -191,10 +191,9 @@ def test_one_step_off_async_run_keeps_staleness_bounded(tiny_model, tmp_path):
     assert any(row["staleness/max"] == 1 for row in summary["train"])
 
 
-@pytest.mark.system
-def test_a_streamed_receive_run_serves_exactly_the_weights_the_trainer_published(tiny_model, tmp_path):
-    """`explorer_receive: streamed` (a GPU explorer's default): each verified chunk goes into vLLM as it arrives."""
-    config = tiny_config(tiny_model, **{"synchronizer.explorer_receive": "streamed"})
+def _serving_run(config: dict, tmp_path: Path) -> str:
+    """`trinity run` of `config`, which must SUCCEED, train its 3 steps and serve each version with the trainer's
+    digest; the explorer's logs."""
     output = tmp_path / "out"
     done = _trinity_run(write_config(tmp_path / "config.yaml", config), output)
     assert done.returncode == 0, done.stdout + done.stderr + _logs(output)
@@ -207,7 +206,29 @@ def test_a_streamed_receive_run_serves_exactly_the_weights_the_trainer_published
     assert all(
         row["digest_match"] == 1.0 and row["weights_digest"] == published[row["model_version"]] for row in loaded
     )
-    assert '"explorer_receive": "streamed"' in _logs(output) or "explorer_receive=streamed" in _logs(output)
+    return "".join(p.read_text() for p in (output / "logs").glob("explorer*.log"))
+
+
+@pytest.mark.system
+def test_a_streamed_receive_run_serves_exactly_the_weights_the_trainer_published(tiny_model, tmp_path):
+    """`explorer_receive: streamed` (a GPU explorer's default): each verified chunk goes into vLLM as it arrives."""
+    config = tiny_config(tiny_model, **{"synchronizer.explorer_receive": "streamed"})
+    explorer_logs = _serving_run(config, tmp_path)
+    assert '"explorer_receive": "streamed"' in explorer_logs
+
+
+@pytest.mark.system
+def test_an_explorer_split_across_two_vllm_workers_gets_a_rank_for_each_and_serves_the_published_weights(
+    tiny_model, tmp_path
+):
+    """`tensor_parallel_size: 2` on the CPU build: the sync group has the trainer and two worker ranks, each worker
+    receives every version itself and loads its shard, and the explorer serves what the trainer published."""
+    config = tiny_config(tiny_model, **{"explorer.engine_options": {"tensor_parallel_size": 2}})
+    explorer_logs = _serving_run(config, tmp_path)
+    assert '"explorer_receive": "workers"' in explorer_logs and '"ranks": 2' in explorer_logs
+    # The two workers (the explorer's children, logging to its file) joined as ranks 1 and 2 beside the trainer's 0.
+    joined = [json.loads(line) for line in explorer_logs.splitlines() if '"sync.joined"' in line]
+    assert {event["rank"] for event in joined} == {1, 2}
 
 
 @pytest.mark.parametrize(

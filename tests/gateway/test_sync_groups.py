@@ -10,7 +10,7 @@ import redis
 
 from trinity.config import SynchronizerConfig
 from trinity.gateway.sync_groups import SyncGroups, choose_backend
-from trinity.runtime.errors import InvalidArgument
+from trinity.runtime.errors import FailedPrecondition, InvalidArgument
 from trinity.v1 import gateway_pb2
 
 
@@ -118,9 +118,33 @@ def test_a_group_of_members_on_the_trainers_gpu_is_formed_for_cuda_ipc(groups, u
     assert [(m.rank, m.host_id, list(m.gpu_uuids)) for m in group.members] == [(r, HOST_A, ["GPU-0"]) for r in range(3)]
 
 
+def test_an_explorer_with_several_engine_workers_takes_a_rank_for_each(groups, unique):
+    """Tensor parallel 2 and 3 beside a one-worker explorer: ranks are consecutive per member, the world counts
+    every worker, and the group is ready once every explorer (not every rank) joined."""
+    groups.open(_request(unique, SynchronizerConfig(), explorer_workers=3))
+    joins = [("explorer-a", 2), ("explorer-b", 0), ("explorer-c", 3)]
+    replies = [groups.join(gateway_pb2.JoinSyncGroupRequest(run_id=unique, instance_id=i, ranks=r)) for i, r in joins]
+    assert [reply.rank for reply in replies] == [1, 3, 4]
+    assert [reply.ready for reply in replies] == [False, False, True]
+    group = replies[-1]
+    assert group.world_size == 1 + 2 + 1 + 3
+    assert [(m.instance_id, m.rank, m.ranks) for m in group.members[1:]] == [
+        ("explorer-a", 1, 2),
+        ("explorer-b", 3, 0),
+        ("explorer-c", 4, 3),
+    ]
+    # Joining again answers with the member's first rank; a fourth explorer finds the generation full.
+    again = groups.join(gateway_pb2.JoinSyncGroupRequest(run_id=unique, instance_id="explorer-a", ranks=2))
+    assert again.rank == 1 and again.world_size == 7
+    with pytest.raises(FailedPrecondition, match="is full"):
+        groups.join(gateway_pb2.JoinSyncGroupRequest(run_id=unique, instance_id="explorer-d"))
+
+
 @pytest.mark.parametrize(
     ("placement", "field"),
     [
+        ({"ranks": -1}, "ranks"),
+        ({"ranks": 65}, "ranks"),
         ({"has_gpu": True, "gpu_uuids": ["GPU-0"] * 65}, "gpu_uuids"),
         ({"has_gpu": True, "gpu_uuids": ["x" * 600]}, "gpu_uuids"),
         ({"has_gpu": False, "gpu_uuids": ["GPU-0"]}, "gpu_uuids"),

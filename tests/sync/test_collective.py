@@ -170,4 +170,3 @@ def test_reserved_rendezvous_port_cannot_be_taken_by_another_process() -> None:
     assert rendezvous.spec.port == rendezvous.port > 0
     with socket.socket() as other, pytest.raises(OSError):
         other.bind(("127.0.0.1", rendezvous.port))
-

@@ -40,6 +40,14 @@ def sync_gpus(device: torch.device | str | None = None) -> list[str]:
     return [gpu_uuid(torch.device(device) if device is not None else torch.device("cuda"))]
 
 
+def worker_gpus(workers: int) -> list[str]:
+    """The GPUs an engine's `workers` (tensor parallel) sync on: its first `workers` visible devices, where vLLM
+    places its local ranks; [] without CUDA."""
+    if not torch.cuda.is_available():
+        return []
+    return [gpu_uuid(torch.device("cuda", index)) for index in range(min(workers, torch.cuda.device_count()))]
+
+
 def device_identity(device: torch.device) -> str:
     """What two members compare before sharing memory: same host and the same GPU (or both host memory)."""
     where = gpu_uuid(device) if device.type == "cuda" else device.type

@@ -76,10 +76,22 @@ class GatewayClient:
         return self._call("OpenSyncGroup", request)
 
     def join_sync_group(
-        self, run_id: str, instance_id: str, has_gpu: bool, host_id: str = "", gpu_uuids: Sequence[str] = ()
+        self,
+        run_id: str,
+        instance_id: str,
+        has_gpu: bool,
+        host_id: str = "",
+        gpu_uuids: Sequence[str] = (),
+        ranks: int = 1,
     ) -> gateway_pb2.SyncGroup:
+        """`ranks`: the member's engine workers, each a rank of the group (tensor x pipeline parallel)."""
         request = gateway_pb2.JoinSyncGroupRequest(
-            run_id=run_id, instance_id=instance_id, has_gpu=has_gpu, host_id=host_id, gpu_uuids=list(gpu_uuids)
+            run_id=run_id,
+            instance_id=instance_id,
+            has_gpu=has_gpu,
+            host_id=host_id,
+            gpu_uuids=list(gpu_uuids),
+            ranks=ranks,
         )
         return self._call("JoinSyncGroup", request)
 
@@ -109,7 +121,13 @@ def sync_spec(group: gateway_pb2.SyncGroup):
     from trinity.sync import SyncGroupSpec
     from trinity.sync.spec import TRAINER_MEMBER
 
-    ranks = {TRAINER_MEMBER: 0, **{m.instance_id: m.rank for m in group.members if m.rank > 0}}
+    ranks = {TRAINER_MEMBER: 0}
+    for member in group.members[1:]:
+        # A member with several engine workers holds a rank per worker: its own name for the first, then name#i.
+        ranks |= {
+            (f"{member.instance_id}#{i}" if i else member.instance_id): member.rank + i
+            for i in range(member.ranks or 1)
+        }
     return SyncGroupSpec.model_validate(  # validates the negotiated backend name too
         {
             "name": group.run_id.replace("/", "_")[:120],

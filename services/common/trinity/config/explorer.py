@@ -56,6 +56,13 @@ class VllmEngineOptions(_Section):
         description="log-probs of the distribution sampled from (after temperature, top-k, top-p), or the raw one",
     )
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1, description="GPU build: share of GPU memory used")
+    tensor_parallel_size: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="vLLM workers the model is split across; with more than one, each worker is a rank of the "
+        "weight-sync group and receives every version itself (streamed)",
+    )
     weight_bucket_bytes: int | None = Field(
         default=None,
         gt=0,
@@ -64,6 +71,16 @@ class VllmEngineOptions(_Section):
         "the model)",
     )
     extra: dict[str, Any] = Field(default_factory=dict, description="more `vllm.LLM` keyword arguments, passed as is")
+
+    @field_validator("extra")
+    @classmethod
+    def _no_parallelism_in_extra(cls, extra: dict[str, Any]) -> dict[str, Any]:
+        # The weight-sync group counts one rank per worker: a parallel size it cannot see would leave ranks out.
+        for key in ("tensor_parallel_size", "pipeline_parallel_size", "weight_transfer_config"):
+            if key in extra:
+                hint = "use engine_options.tensor_parallel_size" if key == "tensor_parallel_size" else "not supported"
+                raise ValueError(f"{key} is set by Trinity, not through extra ({hint})")
+        return extra
 
 
 class TransformersEngineOptions(_Section):

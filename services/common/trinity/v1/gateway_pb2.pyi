@@ -398,21 +398,23 @@ class ListInstancesResponse(_message.Message):
     def __init__(self, instances: _Optional[_Iterable[_Union[Instance, _Mapping]]] = ...) -> None: ...
 
 class SyncMember(_message.Message):
-    __slots__ = ("instance_id", "rank", "has_gpu", "host_id", "gpu_uuids")
+    __slots__ = ("instance_id", "rank", "has_gpu", "host_id", "gpu_uuids", "ranks")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     HAS_GPU_FIELD_NUMBER: _ClassVar[int]
     HOST_ID_FIELD_NUMBER: _ClassVar[int]
     GPU_UUIDS_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
     instance_id: str
     rank: int
     has_gpu: bool
     host_id: str
     gpu_uuids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, instance_id: _Optional[str] = ..., rank: _Optional[int] = ..., has_gpu: _Optional[bool] = ..., host_id: _Optional[str] = ..., gpu_uuids: _Optional[_Iterable[str]] = ...) -> None: ...
+    ranks: int
+    def __init__(self, instance_id: _Optional[str] = ..., rank: _Optional[int] = ..., has_gpu: _Optional[bool] = ..., host_id: _Optional[str] = ..., gpu_uuids: _Optional[_Iterable[str]] = ..., ranks: _Optional[int] = ...) -> None: ...
 
 class SyncGroup(_message.Message):
-    __slots__ = ("run_id", "generation", "backend", "host", "port", "world_size", "members", "ready", "announced_version", "checkpoint_dir", "timeout_seconds", "bucket_mb", "rank", "secret")
+    __slots__ = ("run_id", "generation", "backend", "host", "port", "world_size", "members", "ready", "announced_version", "checkpoint_dir", "timeout_seconds", "bucket_mb", "rank", "secret", "members_expected")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
@@ -427,6 +429,7 @@ class SyncGroup(_message.Message):
     BUCKET_MB_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     SECRET_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_EXPECTED_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     generation: int
     backend: str
@@ -441,7 +444,8 @@ class SyncGroup(_message.Message):
     bucket_mb: float
     rank: int
     secret: bytes
-    def __init__(self, run_id: _Optional[str] = ..., generation: _Optional[int] = ..., backend: _Optional[str] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., world_size: _Optional[int] = ..., members: _Optional[_Iterable[_Union[SyncMember, _Mapping]]] = ..., ready: _Optional[bool] = ..., announced_version: _Optional[int] = ..., checkpoint_dir: _Optional[str] = ..., timeout_seconds: _Optional[float] = ..., bucket_mb: _Optional[float] = ..., rank: _Optional[int] = ..., secret: _Optional[bytes] = ...) -> None: ...
+    members_expected: int
+    def __init__(self, run_id: _Optional[str] = ..., generation: _Optional[int] = ..., backend: _Optional[str] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., world_size: _Optional[int] = ..., members: _Optional[_Iterable[_Union[SyncMember, _Mapping]]] = ..., ready: _Optional[bool] = ..., announced_version: _Optional[int] = ..., checkpoint_dir: _Optional[str] = ..., timeout_seconds: _Optional[float] = ..., bucket_mb: _Optional[float] = ..., rank: _Optional[int] = ..., secret: _Optional[bytes] = ..., members_expected: _Optional[int] = ...) -> None: ...
 
 class OpenSyncGroupRequest(_message.Message):
     __slots__ = ("run_id", "instance_id", "host", "port", "has_gpu", "backend", "explorer_workers", "checkpoint_dir", "timeout_seconds", "bucket_mb", "host_id", "gpu_uuids")
@@ -472,18 +476,20 @@ class OpenSyncGroupRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., has_gpu: _Optional[bool] = ..., backend: _Optional[str] = ..., explorer_workers: _Optional[int] = ..., checkpoint_dir: _Optional[str] = ..., timeout_seconds: _Optional[float] = ..., bucket_mb: _Optional[float] = ..., host_id: _Optional[str] = ..., gpu_uuids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JoinSyncGroupRequest(_message.Message):
-    __slots__ = ("run_id", "instance_id", "has_gpu", "host_id", "gpu_uuids")
+    __slots__ = ("run_id", "instance_id", "has_gpu", "host_id", "gpu_uuids", "ranks")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     HAS_GPU_FIELD_NUMBER: _ClassVar[int]
     HOST_ID_FIELD_NUMBER: _ClassVar[int]
     GPU_UUIDS_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     instance_id: str
     has_gpu: bool
     host_id: str
     gpu_uuids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, run_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., has_gpu: _Optional[bool] = ..., host_id: _Optional[str] = ..., gpu_uuids: _Optional[_Iterable[str]] = ...) -> None: ...
+    ranks: int
+    def __init__(self, run_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., has_gpu: _Optional[bool] = ..., host_id: _Optional[str] = ..., gpu_uuids: _Optional[_Iterable[str]] = ..., ranks: _Optional[int] = ...) -> None: ...
 
 class GetSyncGroupRequest(_message.Message):
     __slots__ = ("run_id",)

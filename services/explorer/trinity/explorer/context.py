@@ -14,17 +14,17 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from functools import cached_property, partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trinity.clients import BufferClient, GatewayClient
 from trinity.clients.gateway import RunReporter
 from trinity.config import RunConfig, naming
 from trinity.config.sync import resolve_explorer_receive
-from trinity.explorer.engines.base import Engine, SamplingSettings
+from trinity.explorer.engines.base import Engine, EngineFailed, SamplingSettings
 from trinity.explorer.metrics import DIGEST_MATCH, WEIGHT_VERSION
 from trinity.explorer.rewards.judge_client import JudgeSettings, build_judge
 from trinity.explorer.steering import Steering
-from trinity.explorer.weight_feed import WeightFeed
+from trinity.explorer.weight_feed import WeightFeed, WorkerRanks
 from trinity.explorer.workflows import create_workflow
 from trinity.explorer.workflows.base import RolloutSettings, Workflow
 from trinity.explorer.workflows.routing import TaskWorkflows, workflow_for_run
@@ -221,13 +221,34 @@ class ExplorerContext(ReportingRunner):
     def start_weight_feed(self) -> None:
         """Join the run's sync group in the background; versions are staged until applied, or streamed into the
         engine as they arrive (`synchronizer.explorer_receive`)."""
-        receive = resolve_explorer_receive(self.config.synchronizer.explorer_receive, has_gpu())
-        log.info("weights.receive_mode", run_id=self.run_id, explorer_receive=receive)
-        stream_into = self._load_streamed if receive == "streamed" else None
-        self.feed = WeightFeed(
-            self.gateway, self.run_id, self.instance_id, device=self.engine.device, stream_into=stream_into
-        )
+        ranks = getattr(self.engine, "sync_ranks", 1)
+        if ranks > 1:  # every engine worker a rank: each receives and loads its shard itself
+            log.info("weights.receive_mode", run_id=self.run_id, explorer_receive="workers", ranks=ranks)
+            engine: Any = self.engine
+            workers = WorkerRanks(ranks, engine.join_sync_group, engine.leave_sync_group, self._load_by_workers)
+            self.feed = WeightFeed(self.gateway, self.run_id, self.instance_id, workers=workers)
+        else:
+            receive = resolve_explorer_receive(self.config.synchronizer.explorer_receive, has_gpu())
+            log.info("weights.receive_mode", run_id=self.run_id, explorer_receive=receive)
+            stream_into = self._load_streamed if receive == "streamed" else None
+            self.feed = WeightFeed(
+                self.gateway, self.run_id, self.instance_id, device=self.engine.device, stream_into=stream_into
+            )
         self.feed.start()
+
+    def _load_by_workers(self, version: int, listening: int) -> None:
+        """The feed's thread: the engine's workers take `version` (calls held off meanwhile)."""
+        from trinity.sync import SyncError
+
+        started, loading = time.perf_counter(), now_ms()
+        try:
+            loaded, published = self.engine.receive_version(version)  # type: ignore[attr-defined]
+        except EngineFailed:
+            raise
+        except Exception as err:  # a worker's failure reaches here as vLLM re-raises it
+            raise SyncError(f"the engine's workers could not take weight version {version}: {err}") from err
+        self.record(gateway_pb2.PHASE_WEIGHT_LOAD, loading, version=version)
+        self._loaded(version, time.perf_counter() - started, loaded, published)
 
     def _load_streamed(
         self, version: int, named: Iterator[tuple[str, torch.Tensor]], receiver: SyncReceiver, listening: int

@@ -23,10 +23,11 @@ from trinity.clients.gateway import GatewayClient, sync_spec
 from trinity.runtime.agent import has_gpu
 from trinity.runtime.logging import get_logger
 from trinity.runtime.spans import now_ms
-from trinity.sync.placement import device_option, host_id, sync_gpus
+from trinity.sync.placement import device_option, host_id, sync_gpus, worker_gpus
+from trinity.v1 import gateway_pb2
 
 if TYPE_CHECKING:
-    from trinity.sync import SyncReceiver
+    from trinity.sync import SyncGroupSpec, SyncReceiver
 
 log = get_logger(__name__)
 
@@ -48,6 +49,19 @@ StreamInto = Callable[[int, Iterator[tuple[str, torch.Tensor]], "SyncReceiver", 
 `receiver.published_digest` is the sender's once the tensors are exhausted."""
 
 
+@dataclass(frozen=True)
+class WorkerRanks:
+    """An engine whose workers are ranks of the group themselves (tensor parallel), each receiving every version."""
+
+    ranks: int
+    join: Callable[[SyncGroupSpec, int], None]
+    """`join(spec, first_rank)`: every worker joins, as ranks first_rank.. (returns once the group has formed)."""
+    leave: Callable[[], None]
+    receive: Callable[[int, int], None]
+    """`receive(version, listening_ms)`: the workers take the announced version; a transport failure is a
+    `SyncError`."""
+
+
 class WeightFeed:
     def __init__(
         self,
@@ -56,14 +70,17 @@ class WeightFeed:
         instance_id: str,
         device: torch.device | None = None,
         stream_into: StreamInto | None = None,
+        workers: WorkerRanks | None = None,
     ) -> None:
         """`device`: the engine's (a GPU backend receives into it, and its GPU is the one reported to the Gateway);
-        None: the current CUDA device. `stream_into`: load each version as it arrives instead of staging it."""
+        None: the current CUDA device. `stream_into`: load each version as it arrives instead of staging it.
+        `workers`: the engine's workers are the ranks (neither staged nor streamed here)."""
         self.gateway = gateway
         self.device = device
         self.run_id = run_id
         self.instance_id = instance_id
         self.stream_into = stream_into
+        self.workers = workers
         self.failure: BaseException | None = None
         """Why the feed stopped for good: a streamed load that failed in the engine (the runner raises it)."""
         self._staged: Staged | None = None
@@ -89,50 +106,86 @@ class WeightFeed:
             return staged
 
     def _loop(self) -> None:
-        from trinity.sync import NoUpdateYet, SyncError, open_receiver
+        from trinity.sync import SyncError
 
         while not self._stop.is_set():
-            receiver = None
             try:
                 group = self._join()
                 if group is None:
                     return
-                spec = sync_spec(group)
-                receiver = open_receiver(spec, group.rank, **device_option(spec.backend, self.device))
-                receiver.init()
                 self.generation = group.generation
                 log.info("weights.group_joined", generation=group.generation, rank=group.rank)
-                while not self._stop.is_set():
-                    listening = now_ms()
-                    try:
-                        if self.stream_into is not None:
-                            self._stream(receiver, listening)
-                            continue
-                        version, named = receiver.receive(idle_timeout_s=IDLE_WAIT_S)
-                    except NoUpdateYet:
-                        if self._generation_current():
-                            continue
-                        # The gateway ended this generation (a member joined, left or was lost) before any update
-                        # began: nothing failed, so nothing to report; join the next one at once.
-                        log.info("weights.generation_ended", generation=self.generation)
-                        break
-                    tensors = list(named)
-                    staged = Staged(version, tensors, receiver.published_digest, received_ms=(listening, now_ms()))
-                    with self._lock:
-                        self._staged = staged
+                if self.workers is not None:
+                    self._serve_by_workers(group, self.workers)
+                else:
+                    self._serve(group)
             except SyncError as err:
                 log.warning("weights.sync_failed", error=str(err), generation=self.generation)
                 self._report_failure(str(err))
-            except Exception as err:  # noqa: BLE001 - the engine failed a streamed load: the runner raises it
-                log.error("weights.load_failed", error=repr(err), generation=self.generation)
-                self.failure = err
-                return
             except grpc.RpcError as err:
                 log.warning("weights.gateway_error", error=err.details())
                 self._stop.wait(1.0)
-            finally:
-                if receiver is not None:
-                    receiver.close()
+            except Exception as err:  # noqa: BLE001 - the engine failed a load in this thread: the runner raises it
+                log.error("weights.load_failed", error=repr(err), generation=self.generation)
+                self.failure = err
+                return
+
+    def _serve(self, group: gateway_pb2.SyncGroup) -> None:
+        """This process is the engine's one rank: receive each version, and stage it or stream it into the engine;
+        returns when the gateway ends the generation."""
+        from trinity.sync import NoUpdateYet, open_receiver
+
+        spec = sync_spec(group)
+        receiver = open_receiver(spec, group.rank, **device_option(spec.backend, self.device))
+        try:
+            receiver.init()
+            while not self._stop.is_set():
+                listening = now_ms()
+                try:
+                    if self.stream_into is not None:
+                        self._stream(receiver, listening)
+                        continue
+                    version, named = receiver.receive(idle_timeout_s=IDLE_WAIT_S)
+                except NoUpdateYet:
+                    if self._generation_current():
+                        continue
+                    # The gateway ended this generation (a member joined, left or was lost) before any update
+                    # began: nothing failed, so nothing to report; join the next one at once.
+                    log.info("weights.generation_ended", generation=self.generation)
+                    return
+                tensors = list(named)
+                staged = Staged(version, tensors, receiver.published_digest, received_ms=(listening, now_ms()))
+                with self._lock:
+                    self._staged = staged
+        finally:
+            receiver.close()
+
+    def _serve_by_workers(self, group: gateway_pb2.SyncGroup, workers: WorkerRanks) -> None:
+        """The engine's workers are the ranks: they join, and take each version the trainer's doorbell announces
+        (this process only watches the doorbell); returns when the gateway ends the generation."""
+        from trinity.sync import NoUpdateYet
+        from trinity.sync.collective import doorbell, wait_for_doorbell
+        from trinity.sync.transport import open_store
+
+        spec = sync_spec(group)
+        workers.join(spec, group.rank)
+        try:
+            _, store = open_store(spec, group.rank)
+            seq = 0
+            while not self._stop.is_set():
+                listening = now_ms()
+                try:
+                    wait_for_doorbell(store, seq + 1, spec, IDLE_WAIT_S)
+                except NoUpdateYet:
+                    if self._generation_current():
+                        continue
+                    log.info("weights.generation_ended", generation=self.generation)
+                    return
+                seq += 1
+                workers.receive(int(store.get(doorbell(seq))), listening)
+        finally:
+            with contextlib.suppress(Exception):  # the workers' receivers go with the generation, failed or not
+                workers.leave()
 
     def _stream(self, receiver: SyncReceiver, listening: int) -> None:
         from trinity.sync import SyncError, finish_stream
@@ -152,7 +205,12 @@ class WeightFeed:
         while not self._stop.is_set():
             try:
                 group = self.gateway.join_sync_group(
-                    self.run_id, self.instance_id, has_gpu(), host_id=host_id(), gpu_uuids=sync_gpus(self.device)
+                    self.run_id,
+                    self.instance_id,
+                    has_gpu(),
+                    host_id=host_id(),
+                    gpu_uuids=sync_gpus(self.device) if self.workers is None else worker_gpus(self.workers.ranks),
+                    ranks=self.workers.ranks if self.workers is not None else 1,
                 )
                 while not group.ready and not self._stop.is_set():
                     time.sleep(0.1)

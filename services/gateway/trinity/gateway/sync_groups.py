@@ -1,7 +1,8 @@
 """Weight-sync group negotiation: membership, ranks, rendezvous, backend and generation.
 
 The trainer opens a generation (it has already reserved the rendezvous port by starting the TCPStore
-master); explorer workers join and get ranks 1..N; the group is ready when all N joined. Any change of
+master); explorers join and get ranks 1..N (one per engine worker: an explorer whose engine runs tensor/pipeline
+parallel takes one rank per worker); the group is ready when all its explorers joined. Any change of
 membership (a member died, an update failed) closes the generation; the next open starts a new one.
 
 A gateway with a token also makes the secrets of a run's process groups: one per weight-sync generation (in the
@@ -28,6 +29,7 @@ METHODS: tuple[str, ...] = get_args(SyncMethod)
 
 
 MAX_MEMBER_GPUS = 64
+MAX_MEMBER_RANKS = 64  # engine workers (tensor x pipeline parallel) of one explorer
 SECRET_BYTES = 32
 
 
@@ -70,9 +72,12 @@ def choose_backend(requested: str, members: Sequence[gateway_pb2.SyncMember]) ->
 
 
 def member(
-    instance_id: str, rank: int, has_gpu: bool, host_id: str, gpu_uuids: Sequence[str]
+    instance_id: str, rank: int, has_gpu: bool, host_id: str, gpu_uuids: Sequence[str], ranks: int = 0
 ) -> gateway_pb2.SyncMember:
-    """A member as reported, its placement fields checked (INVALID_ARGUMENT naming the field)."""
+    """A member as reported, its placement fields checked (INVALID_ARGUMENT naming the field). `ranks`: its engine's
+    workers, each a rank from `rank` on (0 means 1)."""
+    if not 0 <= ranks <= MAX_MEMBER_RANKS:
+        raise InvalidArgument("ranks", f"{ranks}: a member takes 1 to {MAX_MEMBER_RANKS} ranks (its engine's workers)")
     bounded(host_id, "host_id")
     if len(gpu_uuids) > MAX_MEMBER_GPUS:
         raise InvalidArgument("gpu_uuids", f"{len(gpu_uuids)} entries; at most {MAX_MEMBER_GPUS} are allowed")
@@ -81,8 +86,12 @@ def member(
     if gpu_uuids and not has_gpu:
         raise InvalidArgument("gpu_uuids", "reported without has_gpu")
     return gateway_pb2.SyncMember(
-        instance_id=instance_id, rank=rank, has_gpu=has_gpu, host_id=host_id, gpu_uuids=list(gpu_uuids)
+        instance_id=instance_id, rank=rank, has_gpu=has_gpu, host_id=host_id, gpu_uuids=list(gpu_uuids), ranks=ranks
     )
+
+
+def member_ranks(member: gateway_pb2.SyncMember) -> int:
+    return member.ranks or 1
 
 
 class SyncGroups:
@@ -140,6 +149,7 @@ class SyncGroups:
                 host=request.host,
                 port=request.port,
                 world_size=workers + 1,
+                members_expected=workers,
                 members=[trainer],
                 announced_version=-1,
                 checkpoint_dir=request.checkpoint_dir,
@@ -158,14 +168,18 @@ class SyncGroups:
             if mine:
                 group.rank = mine[0].rank
                 return group
-            if len(group.members) >= group.world_size:
+            expected = group.members_expected + 1  # with the trainer; 1 for a closed generation (full)
+            if len(group.members) >= expected:
                 raise FailedPrecondition(
                     f"sync group of run {run_id!r} (generation {group.generation}) is full; "
                     "it is re-formed when a member leaves"
                 )
-            rank = len(group.members)
-            group.members.append(member(instance_id, rank, request.has_gpu, request.host_id, request.gpu_uuids))
-            if len(group.members) == group.world_size:
+            # The next free rank: a member with several engine workers holds one per worker, consecutively.
+            rank = sum(member_ranks(m) for m in group.members)
+            joining = member(instance_id, rank, request.has_gpu, request.host_id, request.gpu_uuids, request.ranks)
+            group.members.append(joining)
+            group.world_size += member_ranks(joining) - 1
+            if len(group.members) == expected:
                 group.backend = choose_backend(group.backend, group.members)
                 group.ready = True
                 SYNC_GROUPS_FORMED.inc()
@@ -208,6 +222,6 @@ class SyncGroups:
             if generation and generation != group.generation:
                 return group  # that generation is already over
             group.ready = False
-            group.world_size = 0  # nobody can join a closed generation
+            group.world_size = group.members_expected = 0  # nobody can join a closed generation
             self._save(group)
             return group

@@ -23,11 +23,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 
 from trinity.runtime.failpoints import failpoint
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -347,12 +349,17 @@ class Engine(ABC):
         tensors: the version is left unchanged and the engine is `torn` (calls raise `WeightsTorn`) until a
         whole version has loaded.
         """
+        self._load_version(version, lambda: self._load_weights(named_tensors))
+
+    def _load_version(self, version: int, load: Callable[[], T]) -> T:
+        """Run `load` (which changes the weights to `version`) with calls held off; versions never go back, and a
+        `load` that raises leaves the engine torn."""
         with self._gate.load():
             if version < self._model_version:
                 raise ValueError(f"weight version {version} is older than the served version {self._model_version}")
             failpoint("weights.load")  # received and verified, generation held off, the engine not yet changed
             try:
-                self._load_weights(named_tensors)
+                result = load()
             except BaseException as err:
                 self._torn = (
                     f"the update to weight version {version} failed part-way ({err!r}); the engine serves again "
@@ -360,6 +367,7 @@ class Engine(ABC):
                 )
                 raise
             self._model_version, self._torn = version, None
+            return result
 
     def load_weights_from_dir(self, version: int, path: str | Path) -> None:
         """The checkpoint fallback: load every `*.safetensors` file under `path` as version `version`."""

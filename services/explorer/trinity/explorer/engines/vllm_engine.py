@@ -21,6 +21,7 @@ from trinity.explorer.engines.base import (
 from trinity.explorer.engines.registry import ENGINES
 from trinity.explorer.engines.vllm_loop import EngineLoop
 from trinity.explorer.engines.weights import checkpoint_tensor_names, complete_groups
+from trinity.sync import SyncGroupSpec
 
 STAGED_RELOAD_BYTES, STREAMED_RELOAD_BYTES = 1 << 30, 64 << 20
 
@@ -49,6 +50,14 @@ def _configure_environment(config: VllmEngineConfig) -> None:
     # forked child inherits their locks held, and CUDA cannot be used in a child forked after it was initialized.
     # vLLM's default is fork; spawn whatever the environment says.
     os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
+    if config.tensor_parallel_size > 1:
+        from vllm.platforms import current_platform
+
+        if current_platform.is_cpu():
+            # The CPU build binds each worker's threads to a NUMA node of its own by default and refuses more
+            # workers than nodes ("Not enough allowed NUMA nodes to bind threads of 2 local CPUWorkers"): a
+            # one-node machine runs tensor parallel only unbound.
+            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 
 
 def _kv_cache_size(config: VllmEngineConfig) -> dict[str, Any]:
@@ -58,6 +67,12 @@ def _kv_cache_size(config: VllmEngineConfig) -> dict[str, Any]:
     from vllm.platforms import current_platform
 
     return {"kv_cache_memory_bytes": int(config.kv_cache_space_gib * 2**30)} if current_platform.is_cpu() else {}
+
+
+def _worker_ranks(config: VllmEngineConfig) -> dict[str, Any]:
+    """With several workers, each is a rank of the weight-sync group: Trinity's transfer engine in every worker
+    (`vllm_worker.TrinityTransferEngine`)."""
+    return {"weight_transfer_config": {"backend": "trinity"}} if config.tensor_parallel_size > 1 else {}
 
 
 def _block_size(config: VllmEngineConfig) -> dict[str, Any]:
@@ -93,7 +108,9 @@ class VllmEngine(Engine):
             enforce_eager=cfg.enforce_eager,
             logprobs_mode=cfg.logprobs_mode,
             gpu_memory_utilization=cfg.gpu_memory_utilization,
+            tensor_parallel_size=cfg.tensor_parallel_size,
             worker_extension_cls="trinity.explorer.engines.vllm_worker.TrinityWorkerExtension",
+            **_worker_ranks(cfg),
             **_kv_cache_size(cfg),
             **_block_size(cfg),
             **cfg.extra,
@@ -156,6 +173,41 @@ class VllmEngine(Engine):
             self._loop.call(functools.partial(self._llm.collective_rpc, "trinity_reload_weights", args=(bucket,)))
         # Cached KV blocks were computed by the old weights.
         self._loop.call(self._llm.reset_prefix_cache)
+
+    # ---- every worker a rank of the weight-sync group (tensor parallel) ----------------------------------------
+
+    @property
+    def sync_ranks(self) -> int:
+        """Ranks this engine takes in the weight-sync group: 1 (this process receives and hands the tensors to the
+        worker by reference), or one per worker when the model is split across several."""
+        return self.config.tensor_parallel_size
+
+    def join_sync_group(self, spec: SyncGroupSpec, first_rank: int) -> None:
+        """Every worker joins the group as ranks `first_rank`.. (blocks the engine until the group has formed)."""
+        secret = spec.secret_bytes or b""
+        info = {"spec_json": spec.model_dump_json(), "first_rank": first_rank, "secret_hex": secret.hex()}
+        self._loop.call(functools.partial(self._llm.init_weight_transfer_engine, {"init_info": info}))
+
+    def leave_sync_group(self) -> None:
+        self._loop.call(self._llm.shutdown_weight_transfer_engine)
+
+    def receive_version(self, version: int) -> tuple[int, int | None]:
+        """Every worker receives `version` (announced by the trainer's doorbell) and loads its shard, calls held off
+        meanwhile; returns the digest of what the workers loaded and the trainer's of what it sent. A failure part-way
+        tears the engine (`torn`), as any load that fails."""
+
+        def receive() -> tuple[int, int | None]:
+            self._loop.call(self._llm.start_weight_update)
+            self._loop.call(functools.partial(self._llm.update_weights, {"update_info": {"version": version}}))
+            self._loop.call(self._llm.finish_weight_update)
+            reports = self._loop.call(functools.partial(self._llm.collective_rpc, "trinity_sync_report"))
+            loaded = {report["loaded_digest"] for report in reports}
+            if len(loaded) != 1:  # every worker received the whole version: they must agree on it
+                raise RuntimeError(f"the engine's workers loaded different weights for version {version}: {reports}")
+            self._loop.call(self._llm.reset_prefix_cache)
+            return loaded.pop(), reports[0]["published_digest"]
+
+        return self._load_version(version, receive)
 
     def _model_dtype(self) -> torch.dtype:
         return self._llm.llm_engine.model_config.dtype

@@ -1,16 +1,27 @@
-"""Methods added to vLLM's worker (`worker_extension_cls`); imported by qualified name inside vLLM.
+"""Methods added to vLLM's worker (`worker_extension_cls`), and Trinity's weight-transfer engine for vLLM's
+workers; imported by qualified name inside vLLM, in every worker process.
 
-Kept free of other Trinity imports so a vLLM worker process can import it cheaply.
+Kept free of other Trinity imports at module level so a vLLM worker process can import it cheaply.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+from vllm.distributed.weight_transfer.base import (
+    WeightTransferEngine,
+    WeightTransferInitInfo,
+    WeightTransferUpdateInfo,
+)
+from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
+
+NamedTensors = list[tuple[str, torch.Tensor]]
 
 # The in-place reload warns for every module a call does not touch ("Failed to load weights",
 # "weights were not loaded"); with per-layer calls that is expected, so those loggers are quieted.
@@ -25,6 +36,7 @@ class TrinityWorkerExtension:
 
     reload_weights: Any
     model_runner: Any
+    weight_transfer_engine: Any
 
     def trinity_reload_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
         """Load checkpoint-format (Hugging Face named) tensors in place; returns how many were given.
@@ -33,19 +45,136 @@ class TrinityWorkerExtension:
         `reload_weights` restores the checkpoint layout, loads, and re-runs the repacking.
         """
         named = list(named_tensors)
-        saved = [(logging.getLogger(n), logging.getLogger(n).level) for n in _NOISY_LOGGERS]
-        for logger, _ in saved:
-            logger.setLevel(logging.ERROR)
-        try:
-            # Through the worker, which sets the current vLLM config the loaders read.
-            self.reload_weights(weights_iterator=iter(named), is_checkpoint_format=True)
-        finally:
-            for logger, level in saved:
-                logger.setLevel(level)
+        # Through the worker, which sets the current vLLM config the loaders read.
+        reload_in_place(lambda group: self.reload_weights(weights_iterator=group, is_checkpoint_format=True), named)
         model = self.model_runner.get_model()
         _repack_tied_modules(model)
         _repack_reloaded_cpu_experts(model, [name for name, _ in named])
         return len(named)
+
+    def trinity_sync_report(self) -> dict[str, Any]:
+        """What this worker's rank of the sync group did with the last version (`TrinityTransferEngine.report`)."""
+        engine = self.weight_transfer_engine
+        if not isinstance(engine, TrinityTransferEngine):
+            raise RuntimeError("the engine was not started with weight_transfer_config backend 'trinity'")
+        return dict(engine.report)
+
+
+def reload_in_place(reload: Callable[[Iterator[tuple[str, torch.Tensor]]], Any], named: NamedTensors) -> None:
+    """`reload(iterator)` of one group of whole layers, with vLLM's per-untouched-module warnings quieted."""
+    saved = [(logging.getLogger(n), logging.getLogger(n).level) for n in _NOISY_LOGGERS]
+    for logger, _ in saved:
+        logger.setLevel(logging.ERROR)
+    try:
+        reload(iter(named))
+    finally:
+        for logger, level in saved:
+            logger.setLevel(level)
+
+
+@dataclass
+class TrinityInitInfo(WeightTransferInitInfo):
+    """`init_weight_transfer_engine`'s: the run's sync group (its spec as JSON), this engine's first rank in it, and
+    the generation's secret (hex; empty without one), which a JSON spec never carries."""
+
+    spec_json: str
+    first_rank: int
+    secret_hex: str = ""
+
+
+@dataclass
+class TrinityUpdateInfo(WeightTransferUpdateInfo):
+    """`update_weights`': the version the trainer's doorbell announced."""
+
+    version: int
+
+
+class TrinityTransferEngine(WeightTransferEngine[TrinityInitInfo, TrinityUpdateInfo]):
+    """Every vLLM worker a rank of the run's weight-sync group (`weight_transfer_config={"backend": "trinity"}`).
+
+    Each worker receives every version itself, verified a chunk at a time (`WeightReceiver.receive_streamed`:
+    nothing unverified is loaded), and loads its own shard of each group of whole decoder layers (vLLM's weight
+    loaders cut a worker's slice out of a full checkpoint tensor), so no tensor crosses vLLM's worker message queue
+    and no worker holds more than a chunk and a reload group beside its shard. The transport is Trinity's (gloo on
+    CPU, NCCL on GPUs, checksummed and, with a secret, authenticated), registered through vLLM's own weight-transfer
+    factory so that vLLM's `init_weight_transfer_engine` / `start_weight_update` / `update_weights` /
+    `finish_weight_update` drive it. Reloads go a group of whole layers per call, as `trinity_reload_weights` does:
+    a failure between two calls leaves every module whole (old or new), never half-processed.
+    """
+
+    init_info_cls = TrinityInitInfo
+    update_info_cls = TrinityUpdateInfo
+    supports_draft_weight_update = False
+
+    def __init__(self, config: Any, vllm_config: Any, device: torch.device, model: torch.nn.Module) -> None:
+        from trinity.runtime.logging import configure_logging
+
+        super().__init__(config, vllm_config, device, model)
+        configure_logging("explorer")  # a spawned worker: its sync events go to the explorer's stream as JSON too
+        self.receiver: Any = None
+        self.report: dict[str, Any] = {}
+
+    def init_transfer_engine(self, init_info: TrinityInitInfo) -> None:
+        from trinity.sync import SyncGroupSpec, open_receiver
+
+        self.shutdown()
+        fields = json.loads(init_info.spec_json)
+        spec = SyncGroupSpec.model_validate({**fields, "secret": bytes.fromhex(init_info.secret_hex) or None})
+        # The worker's rank among this engine's workers (tensor x pipeline parallel) after the engine's first rank.
+        rank = init_info.first_rank + self.parallel_config.rank
+        device = self.device if spec.backend == "nccl" else None
+        self.receiver = open_receiver(spec, rank, **({"device": device} if device is not None else {}))
+        self.receiver.init()
+
+    def start_weight_update(self) -> None:
+        """Nothing: each group of whole layers is a reload call of its own (`receive_weights`)."""
+
+    def receive_weights(self, update_info: TrinityUpdateInfo) -> None:
+        from vllm.model_executor.model_loader.reload.inplace import reload_weights
+
+        from trinity.explorer.engines.vllm_engine import STREAMED_RELOAD_BYTES
+        from trinity.explorer.engines.weights import checkpoint_tensor_names, complete_groups
+        from trinity.models.digest import WeightsDigest
+        from trinity.sync import finish_stream
+
+        if self.receiver is None:
+            raise RuntimeError("update_weights before init_weight_transfer_engine")
+        self.report = {}
+        version, named = self.receiver.receive_streamed()
+        digest, names = WeightsDigest(), []
+        dtype = self.model_config.dtype
+        try:
+            if version != update_info.version:
+                raise RuntimeError(f"the trainer sent version {version}, version {update_info.version} was announced")
+            cast = ((n, t.to(dtype)) for n, t in digest.observe(named))
+            expected = checkpoint_tensor_names(self.model_config.model)
+            for group in complete_groups(cast, expected, STREAMED_RELOAD_BYTES):
+                reload_in_place(lambda it: reload_weights(self.vllm_config, self.model, it, None, True), group)
+                names += [name for name, _ in group]
+        finally:
+            finish_stream(named)
+        _repack_tied_modules(self.model)
+        _repack_reloaded_cpu_experts(self.model, names)
+        self.report = {
+            "version": version,
+            "loaded_digest": digest.value,
+            "published_digest": self.receiver.published_digest,
+            "rank": self.receiver.rank,
+        }
+
+    def finish_weight_update(self) -> None:
+        """Nothing left: `receive_weights` loaded and processed every group."""
+
+    def shutdown(self) -> None:
+        if self.receiver is not None:
+            self.receiver.close()
+            self.receiver = None
+
+
+# Registered where vLLM imports this module: in every worker process (to resolve `worker_extension_cls`), before the
+# worker builds its weight-transfer engine.
+if "trinity" not in WeightTransferEngineFactory._registry:
+    WeightTransferEngineFactory.register_engine("trinity", TrinityTransferEngine)
 
 
 def _repack_tied_modules(model: torch.nn.Module) -> None:
