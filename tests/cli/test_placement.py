@@ -84,6 +84,35 @@ def test_explorer_gpus_must_split_evenly() -> None:
         visible_devices([config], explorers=2)
 
 
+def test_each_worker_of_a_tensor_parallel_explorer_needs_a_gpu() -> None:
+    split = {"engine_options": {"tensor_parallel_size": 2}}
+    config = _run({"devices": [0]}, {"devices": [1, 2, 3, 4], "num_workers": 2, **split})
+    assert visible_devices([config], explorers=2) == {"trainer": "0", "explorer-0": "1,2", "explorer-1": "3,4"}
+    config = _run({"devices": [0]}, {"devices": [1, 2], "num_workers": 2, **split})
+    with pytest.raises(ConfigError, match=r"explorer.devices: 1 GPU\(s\) per explorer for an engine split across 2"):
+        visible_devices([config], explorers=2)
+
+
+@pytest.mark.parametrize(
+    ("synchronizer", "message"),
+    [
+        ({"method": "checkpoint"}, "synchronizer.method: 'checkpoint' cannot reach an engine split across 2 workers"),
+        ({"method": "cuda_ipc"}, "synchronizer.method: 'cuda_ipc' cannot reach an engine split across 2 workers"),
+        ({"explorer_receive": "staged"}, "synchronizer.explorer_receive: 'staged' holds a version in the explorer"),
+    ],
+)
+def test_a_tensor_parallel_explorer_refuses_what_its_worker_ranks_cannot_do(synchronizer, message) -> None:
+    explorer = {"engine_options": {"tensor_parallel_size": 2}}
+    assert _refusal(explorer=explorer, synchronizer=synchronizer).startswith(message)
+
+
+def test_parallel_sizes_go_through_their_own_option_not_extra() -> None:
+    message = _refusal(explorer={"engine_options": {"extra": {"tensor_parallel_size": 2}}})
+    assert "tensor_parallel_size is set by Trinity, not through extra (use engine_options.tensor_parallel_size)" in (
+        message
+    )
+
+
 def test_each_local_trainer_rank_needs_a_gpu() -> None:
     config = _run({"devices": [0], "data_parallel_size": 2}, {"devices": [1]})
     with pytest.raises(ConfigError, match=r"trainer.devices: 1 GPU\(s\) for 2 local trainer ranks"):

@@ -53,6 +53,13 @@ def visible_devices(stages: Sequence[RunConfig], explorers: int, launcher: str |
                 f"{len(explorer)} GPU(s) do not split evenly among {explorers} explorers (explorer.num_workers)",
             )
         share = len(explorer) // explorers
+        workers = getattr(first.explorer.engine_options, "tensor_parallel_size", 1)
+        if share < workers:
+            raise ConfigError(
+                "explorer.devices",
+                f"{share} GPU(s) per explorer for an engine split across {workers} workers "
+                "(explorer.engine_options.tensor_parallel_size): each worker needs a GPU of its own",
+            )
         for i in range(explorers):
             out[f"explorer-{i}"] = _listed(explorer[i * share : (i + 1) * share], "explorer.devices", launcher)
     return out

@@ -112,6 +112,19 @@ class RunConfig(_Section):
                 f"explorer.devices: {shared} overlaps trainer.devices (unset = every GPU); give each its own GPUs, "
                 "or set explorer.colocate: true to share them"
             )
+        workers = getattr(self.explorer.engine_options, "tensor_parallel_size", 1)
+        if workers > 1 and self.synchronizer.method in ("checkpoint", "cuda_ipc"):
+            raise ValueError(
+                f"synchronizer.method: {self.synchronizer.method!r} cannot reach an engine split across {workers} "
+                "workers (explorer.engine_options.tensor_parallel_size), where each worker is a rank of the group; "
+                "use auto, gloo or nccl"
+            )
+        if workers > 1 and self.synchronizer.explorer_receive == "staged":
+            raise ValueError(
+                "synchronizer.explorer_receive: 'staged' holds a version in the explorer process, but the workers of "
+                f"an engine split across {workers} (explorer.engine_options.tensor_parallel_size) each receive it "
+                "streamed; use auto or streamed"
+            )
         if self.explorer.keep_serving_after_last_step and self.mode != RunMode.SERVE:
             raise ValueError(
                 f"explorer.keep_serving_after_last_step: only mode 'serve' has an endpoint to keep (mode {self.mode!r})"
