@@ -41,3 +41,4 @@ def test_unknown_weight_names_are_refused(hf_engine):
 
     with pytest.raises(ValueError, match="not in the model"):
         hf_engine.load_weights(hf_engine.model_version, [("model.bogus.weight", torch.zeros(1))])
+    assert hf_engine.torn is None  # refused before anything was copied: it serves what it served

@@ -98,6 +98,7 @@ def test_partial_layer_update_is_refused(vllm_engine, other_model_dir):
     with pytest.raises(ValueError, match="partial weight update"):
         vllm_engine.load_weights(before + 1, only_q)
     assert vllm_engine.model_version == before
+    assert vllm_engine.torn is None  # refused before any layer was loaded: it serves what it served
 
 
 def test_weight_versions_never_go_back(vllm_engine):

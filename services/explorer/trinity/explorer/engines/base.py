@@ -105,6 +105,10 @@ class EngineFailed(RuntimeError):
     """The engine itself is gone (not one request's fault): no further call can succeed."""
 
 
+class LoadRefused(ValueError):
+    """A weight load refused before it changed the model (the engine still serves what it served)."""
+
+
 class WeightsTorn(RuntimeError):
     """A weight update failed part-way: the model holds a mix of two versions and serves nothing until a whole
     version has loaded (the trainer publishes again after a failed update)."""
@@ -360,6 +364,8 @@ class Engine(ABC):
             failpoint("weights.load")  # received and verified, generation held off, the engine not yet changed
             try:
                 result = load()
+            except LoadRefused:
+                raise
             except BaseException as err:
                 self._torn = (
                     f"the update to weight version {version} failed part-way ({err!r}); the engine serves again "

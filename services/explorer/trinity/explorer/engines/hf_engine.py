@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from trinity.config.explorer import DType, TransformersEngineOptions
-from trinity.explorer.engines.base import Engine, GenerationRequest, Sample, truncate_at_stop
+from trinity.explorer.engines.base import Engine, GenerationRequest, LoadRefused, Sample, truncate_at_stop
 from trinity.explorer.engines.registry import ENGINES
 from trinity.models.attention import attention_options
 
@@ -111,6 +111,7 @@ class TransformersEngine(Engine):
     def _load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         params = dict(self._model.named_parameters())
         unknown = []
+        copied = 0
         with torch.no_grad():
             for name, tensor in named_tensors:
                 if name not in params:
@@ -119,8 +120,11 @@ class TransformersEngine(Engine):
                         unknown.append(name)
                     continue
                 params[name].copy_(tensor)
+                copied += 1
         if unknown:
-            raise ValueError(f"weights not in the model: {unknown[:4]} ({len(unknown)} in all)")
+            # Nothing copied: the model is as it was; otherwise it holds part of the update (the engine is torn).
+            refusal = LoadRefused if not copied else ValueError
+            raise refusal(f"weights not in the model: {unknown[:4]} ({len(unknown)} in all)")
 
     def close(self) -> None:
         self._model = None

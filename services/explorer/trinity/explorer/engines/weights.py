@@ -15,6 +15,8 @@ from pathlib import Path
 
 import torch
 
+from trinity.explorer.engines.base import LoadRefused
+
 _LAYER = re.compile(r"^(.*?\.layers\.\d+)\.")
 
 NamedTensors = list[tuple[str, torch.Tensor]]
@@ -56,6 +58,7 @@ def complete_groups(
     pending: dict[str, dict[str, torch.Tensor]] = {}
     bucket: NamedTensors = []
     size = 0
+    emitted = False
     for name, tensor in named_tensors:
         key = group_key(name)
         parts = pending.setdefault(key, {})
@@ -67,12 +70,14 @@ def complete_groups(
         size += sum(t.numel() * t.element_size() for t in parts.values())
         if size >= bucket_bytes:
             yield bucket
-            bucket, size = [], 0
+            bucket, size, emitted = [], 0, True
     if bucket:
         yield bucket
+        emitted = True
     if pending:
         missing = sorted(n for key, parts in pending.items() for n in expected[key] - parts.keys())
-        raise ValueError(
+        # Nothing emitted: nothing was loaded, so the model is unchanged (a refusal, not a torn engine).
+        raise (ValueError if emitted else LoadRefused)(
             f"partial weight update: {len(missing)} tensors missing from incomplete layers "
             f"(e.g. {missing[:4]}); send whole decoder layers, vLLM would load the rest as garbage"
         )
