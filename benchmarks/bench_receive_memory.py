@@ -32,24 +32,18 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from benchmarks.bench_weight_sync import _extra_peak
 from benchmarks.common import run_child, write_result
 
 MODES = ("staged", "streamed")
 BUCKET_MB = 64.0
 
 
-def _rss_kb(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"{field} not in /proc/self/status")
-
-
 def _explorer(spec_json: str, model_path: str, rounds: int, out: str) -> None:
     """The measured process: a vLLM engine and the group's receiver, `rounds` updates of each mode, alternating."""
     from trinity.explorer.engines.vllm_engine import VllmEngine
-    from trinity.models.digest import WeightsDigest, weights_digest
-    from trinity.sync import SyncGroupSpec, WeightReceiver, finish_stream
+    from trinity.models.digest import weights_digest
+    from trinity.sync import SyncGroupSpec, WeightReceiver, load_streamed
 
     engine = VllmEngine(model_path=model_path, dtype="float32", max_model_len=256, kv_cache_space_gib=0.25)
     receiver = WeightReceiver(SyncGroupSpec.model_validate_json(spec_json), 1)
@@ -57,31 +51,27 @@ def _explorer(spec_json: str, model_path: str, rounds: int, out: str) -> None:
     rows = []
     for index in range(rounds * len(MODES)):
         mode = MODES[index % len(MODES)]
-        before = _rss_kb("VmRSS")
-        Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
-        receiver.transport.store.set(f"bench/ready/{index}", mode)  # the trainer publishes at once
-        started = time.perf_counter()
-        if mode == "staged":
-            version, named = receiver.receive(idle_timeout_s=600)
-            tensors = list(named)
-            engine.load_weights(version, tensors)
-            loaded = weights_digest(tensors)
-            del tensors, named
-        else:
-            version, named = receiver.receive_streamed(idle_timeout_s=600)
-            digest = WeightsDigest()
-            try:
-                engine.load_weights(version, digest.observe(named))
-            finally:
-                finish_stream(named)
-            loaded = digest.value
+
+        def take(index: int = index, mode: str = mode) -> tuple[int, int, float]:
+            receiver.transport.store.set(f"bench/ready/{index}", mode)  # the trainer publishes at once
+            started = time.perf_counter()
+            if mode == "staged":
+                version, named = receiver.receive(idle_timeout_s=600)
+                tensors = list(named)
+                engine.load_weights(version, tensors)
+                loaded = weights_digest(tensors)
+            else:
+                version, named = receiver.receive_streamed(idle_timeout_s=600)
+                loaded = load_streamed(version, named, engine.load_weights)
+            return version, loaded, time.perf_counter() - started
+
+        extra_mb, (version, loaded, seconds) = _extra_peak(take)
         rows.append(
             {
                 "mode": mode,
                 "version": version,
-                "extra_peak_mb": round((_rss_kb("VmHWM") - before) / 1024, 1),
-                "rss_before_mb": round(before / 1024, 1),
-                "seconds_to_serve": round(time.perf_counter() - started, 3),
+                "extra_peak_mb": round(extra_mb, 1),
+                "seconds_to_serve": round(seconds, 3),
                 "digest_match": loaded == receiver.published_digest,
             }
         )

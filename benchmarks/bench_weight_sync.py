@@ -37,10 +37,11 @@ import time
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from benchmarks.common import write_result
 
+T = TypeVar("T")
 HIDDEN, INTERMEDIATE, HEADS, KV_HEADS, VOCAB = 576, 1536, 9, 3, 49152
 
 
@@ -192,7 +193,7 @@ def _rss_kb(field: str) -> int:
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
-def _extra_peak(step: Callable[[], int]) -> tuple[float, int]:
+def _extra_peak(step: Callable[[], T]) -> tuple[float, T]:
     """`(MiB of peak RSS above the RSS before, while it ran; what step returned)`."""
     before = _rss_kb("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS

@@ -454,9 +454,8 @@ def check_engine_under_pressure() -> dict[str, Any]:
     import torch
 
     from trinity.explorer.engines import GenerationRequest, SamplingSettings, create_engine
-    from trinity.models.digest import WeightsDigest
     from trinity.models.tiny import build_tiny_llama
-    from trinity.sync import SyncGroupSpec, finish_stream, open_receiver
+    from trinity.sync import SyncGroupSpec, load_streamed, open_receiver
 
     device = _cuda()
     total = torch.cuda.get_device_properties(0).total_memory
@@ -476,11 +475,7 @@ def check_engine_under_pressure() -> dict[str, Any]:
             torch.cuda.reset_peak_memory_stats()
             resident = torch.cuda.memory_allocated()
             version, named = receiver.receive_streamed(idle_timeout_s=30)
-            digest = WeightsDigest()
-            try:
-                engine.load_weights(version, digest.observe(named))
-            finally:
-                finish_stream(named)
+            loaded = load_streamed(version, named, engine.load_weights)
             extra = torch.cuda.max_memory_allocated() - resident
             receiver.close()
             published = results.get(timeout=30)
@@ -493,9 +488,9 @@ def check_engine_under_pressure() -> dict[str, Any]:
         "taken_gib": round(total * 0.9 / 2**30, 1),
         "sync_extra_peak_mib": round(extra / 2**20, 1),
         "model_mib": round(model_bytes / 2**20, 1),
-        "digest_equal": digest.value == published,
+        "digest_equal": loaded == published,
         "sampling_changed": before != after,
-        "ok": digest.value == published and before != after and extra < model_bytes,
+        "ok": loaded == published and before != after and extra < model_bytes,
     }
 
 

@@ -7,7 +7,6 @@ A real gloo group (the trainer's sender on a thread of this process) and the tra
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,18 +14,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from tests.sync.loopback import loopback_pair
 from trinity.explorer.engines.base import GenerationRequest, SamplingSettings, WeightsTorn
 from trinity.explorer.engines.hf_engine import TransformersEngine
-from trinity.models.digest import WeightsDigest, weights_digest
+from trinity.models.digest import weights_digest
 from trinity.models.tiny import build_tiny_llama
-from trinity.sync import (
-    ChecksumMismatch,
-    SyncGroupSpec,
-    WeightReceiver,
-    WeightSender,
-    finish_stream,
-    reserve_rendezvous,
-)
+from trinity.sync import ChecksumMismatch, WeightReceiver, WeightSender, load_streamed
 
 GREEDY = GenerationRequest(prompt="2+3=", n=1, sampling=SamplingSettings(temperature=0.0, max_tokens=6))
 
@@ -40,14 +33,7 @@ def _trained(path: Path, seed: int) -> list[tuple[str, torch.Tensor]]:
 @pytest.fixture
 def group() -> Iterator[tuple[WeightSender, WeightReceiver]]:
     # ~16 KB chunks: the tiny model's weights arrive in many, so a failure in the second leaves the first loaded.
-    spec = SyncGroupSpec.for_members(f"t{uuid.uuid4().hex[:8]}", 0, ["explorer-0"], timeout_s=30, bucket_mb=1 / 64)
-    rendezvous = reserve_rendezvous(spec)
-    sender = WeightSender(rendezvous.spec, rendezvous=rendezvous)
-    joined = threading.Thread(target=sender.init)
-    joined.start()
-    receiver = WeightReceiver(rendezvous.spec, 1)
-    receiver.init()
-    joined.join()
+    sender, receiver = loopback_pair(bucket_mb=1 / 64)
     yield sender, receiver
     receiver.close()
     sender.close()
@@ -62,20 +48,21 @@ def _publish(sender: WeightSender, version: int, weights: list[tuple[str, torch.
 def _stream_into(engine: TransformersEngine, receiver: WeightReceiver) -> int:
     """What the explorer's weight feed does in streamed mode; returns the digest of what the engine loaded."""
     version, named = receiver.receive_streamed(idle_timeout_s=30)
-    digest = WeightsDigest()
-    try:
-        engine.load_weights(version, digest.observe(named))
-    finally:
-        finish_stream(named)
-    return digest.value
+    return load_streamed(version, named, engine.load_weights)
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Iterator[tuple[Path, TransformersEngine]]:
+    path = build_tiny_llama(tmp_path / "tiny", vocab_size=300)
+    engine = TransformersEngine(model_path=str(path))
+    yield path, engine
+    engine.close()
 
 
 def test_a_streamed_version_loads_exactly_what_the_trainer_published(
-    tmp_path: Path, group: tuple[WeightSender, WeightReceiver]
+    tiny: tuple[Path, TransformersEngine], group: tuple[WeightSender, WeightReceiver]
 ) -> None:
-    sender, receiver = group
-    path = build_tiny_llama(tmp_path / "tiny", vocab_size=300)
-    engine = TransformersEngine(model_path=str(path))
+    (path, engine), (sender, receiver) = tiny, group
     before = engine.generate([GREEDY])[0].samples[0].token_ids
     weights = _trained(path, seed=1)
 
@@ -91,11 +78,9 @@ def test_a_streamed_version_loads_exactly_what_the_trainer_published(
 
 
 def test_a_chunk_that_fails_its_checksums_tears_the_engine_until_a_whole_version_loads(
-    tmp_path: Path, group: tuple[WeightSender, WeightReceiver]
+    tiny: tuple[Path, TransformersEngine], group: tuple[WeightSender, WeightReceiver]
 ) -> None:
-    sender, receiver = group
-    path = build_tiny_llama(tmp_path / "tiny", vocab_size=300)
-    engine = TransformersEngine(model_path=str(path))
+    (path, engine), (sender, receiver) = tiny, group
     first, second = _trained(path, seed=1), _trained(path, seed=2)
 
     def flip_second_chunk(chunk: int, bucket: int, data: torch.Tensor) -> None:

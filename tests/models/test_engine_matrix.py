@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import json
 import threading
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
 
+from tests.sync.loopback import loopback_pair
 from tests.trainer.trainer_helpers import grpo_parts, run_config
 from trinity.explorer.engines import GenerationRequest, GenerationResult, SamplingSettings, create_engine
 from trinity.explorer.engines.base import Engine
 from trinity.models.digest import weights_digest
-from trinity.sync import SyncGroupSpec, WeightReceiver, WeightSender, reserve_rendezvous
 from trinity.trainer.batch import TokenSequence, to_samples
 from trinity.trainer.megatron.hf_mapping import SUPPORTED_ARCHITECTURES
 from trinity.trainer.torch_backend import TorchBackend
@@ -87,14 +86,7 @@ def _split(scores: torch.Tensor, results: list[GenerationResult]) -> list[torch.
 def _sync(backend: TorchBackend, engine: Engine, version: int) -> tuple[int | None, int, int]:
     """Publish the policy through the gloo sync group into the engine, as the explorer stages and loads it.
     Returns (the digest the trainer published, the digest of what was received, the engine's version)."""
-    spec = SyncGroupSpec.for_members(f"m{uuid.uuid4().hex[:8]}", 0, ["explorer-0"], timeout_s=60, bucket_mb=0.05)
-    rendezvous = reserve_rendezvous(spec)
-    sender = WeightSender(rendezvous.spec, rendezvous=rendezvous)
-    joined = threading.Thread(target=sender.init)
-    joined.start()
-    receiver = WeightReceiver(rendezvous.spec, 1)
-    receiver.init()
-    joined.join()
+    sender, receiver = loopback_pair(timeout_s=60, bucket_mb=0.05)
     publishing = threading.Thread(target=sender.publish, args=(version, backend.named_weights()))
     publishing.start()
     received: list[tuple[str, torch.Tensor]] = []

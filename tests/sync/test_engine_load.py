@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import threading
-import uuid
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM
 
+from tests.sync.loopback import loopback_pair
 from trinity.models.tiny import build_tiny_llama
-from trinity.sync import SyncGroupSpec, WeightReceiver, WeightSender, reserve_rendezvous
 from trinity.sync.protocol import layer_key
 
 
@@ -22,15 +21,7 @@ def test_layer_by_layer_load_reproduces_the_trainer_model(tmp_path: Path) -> Non
             parameter.add_(torch.randn_like(parameter) * 0.1)  # a "trained" model that differs from disk
     explorer_model = AutoModelForCausalLM.from_pretrained(path)
 
-    spec = SyncGroupSpec.for_members(f"t{uuid.uuid4().hex[:8]}", 0, ["explorer-0"], timeout_s=30, bucket_mb=0.01)
-    rendezvous = reserve_rendezvous(spec)
-    sender = WeightSender(rendezvous.spec, rendezvous=rendezvous)
-    # One process, two threads: the gloo group is as real as across processes, without a second torch import.
-    joined = threading.Thread(target=sender.init)
-    joined.start()
-    receiver = WeightReceiver(rendezvous.spec, 1)
-    receiver.init()
-    joined.join()
+    sender, receiver = loopback_pair()
     publishing = threading.Thread(target=sender.publish, args=(4, list(trainer_model.named_parameters())))
     publishing.start()
 

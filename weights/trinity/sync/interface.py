@@ -6,6 +6,7 @@ Explorer side:  init() -> receive() / receive_streamed() / receive_into(load_fn)
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Iterable, Iterator
@@ -171,6 +172,27 @@ def finish_stream(named: Iterator[tuple[str, torch.Tensor]]) -> None:
     if inspect.getgeneratorstate(named) == inspect.GEN_CREATED:
         next(named, None)  # a generator that never ran cannot clean up on close: run it to its first tensor
     named.close()
+
+
+def load_streamed(
+    version: int,
+    named: Iterator[tuple[str, torch.Tensor]],
+    load: Callable[[int, Iterator[tuple[str, torch.Tensor]]], Any],
+) -> int:
+    """`load(version, named)` of a `receive_streamed` version, digested as it passes; returns the digest of what was
+    handed over (compare it with `receiver.published_digest`). However `load` ends, the update is finished
+    (`finish_stream`); when `load` raised, its error is the one that leaves, not the group's report of it."""
+    digest = WeightsDigest()
+    try:
+        load(version, digest.observe(named))
+    except BaseException:
+        from trinity.sync.errors import SyncError
+
+        with contextlib.suppress(SyncError):
+            finish_stream(named)
+        raise
+    finish_stream(named)  # nothing left when `load` read to the end; what it left unread is reported as an error
+    return digest.value
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from trinity.explorer.weight_feed import WeightFeed, WorkerRanks
 from trinity.explorer.workflows import create_workflow
 from trinity.explorer.workflows.base import RolloutSettings, Workflow
 from trinity.explorer.workflows.routing import TaskWorkflows, workflow_for_run
-from trinity.models.digest import WeightsDigest, weights_digest
+from trinity.models.digest import weights_digest
 from trinity.runtime.agent import has_gpu
 from trinity.runtime.logging import get_logger
 from trinity.runtime.run_host import ReportingRunner
@@ -254,12 +254,13 @@ class ExplorerContext(ReportingRunner):
         self, version: int, named: Iterator[tuple[str, torch.Tensor]], receiver: SyncReceiver, listening: int
     ) -> None:
         """The feed's thread: load a version as its verified chunks arrive (the engine holds calls meanwhile)."""
+        from trinity.sync import load_streamed
+
         started, loading = time.perf_counter(), now_ms()
-        digest = WeightsDigest()
-        self.engine.load_weights(version, digest.observe(named))
+        loaded = load_streamed(version, named, self.engine.load_weights)
         # Received and loaded in one pass: the span runs from the update's first byte to the engine's last copy.
         self.record(gateway_pb2.PHASE_WEIGHT_LOAD, loading, version=version)
-        self._loaded(version, time.perf_counter() - started, digest.value, receiver.published_digest)
+        self._loaded(version, time.perf_counter() - started, loaded, receiver.published_digest)
 
     def apply_staged_weights(self, wait_s: float = 0.0) -> None:
         """Swap in the newest staged version, waiting up to `wait_s` for one; reports a `weights` event."""

@@ -45,8 +45,8 @@ class Staged:
 
 
 StreamInto = Callable[[int, Iterator[tuple[str, torch.Tensor]], "SyncReceiver", int], None]
-"""`stream_into(version, named_tensors, receiver, listening_ms)`: load a version as its verified tensors arrive;
-`receiver.published_digest` is the sender's once the tensors are exhausted."""
+"""`stream_into(version, named_tensors, receiver, listening_ms)`: load a version as its verified tensors arrive
+(`trinity.sync.load_streamed`); `receiver.published_digest` is the sender's once the tensors are exhausted."""
 
 
 @dataclass(frozen=True)
@@ -188,17 +188,9 @@ class WeightFeed:
                 workers.leave()
 
     def _stream(self, receiver: SyncReceiver, listening: int) -> None:
-        from trinity.sync import SyncError, finish_stream
-
         assert self.stream_into is not None
         version, named = receiver.receive_streamed(idle_timeout_s=IDLE_WAIT_S)
-        try:
-            self.stream_into(version, named, receiver, listening)
-        finally:
-            # The engine stopped part-way (or never began): receive the rest unloaded and report it, so the group
-            # goes on; the engine's own error is the one that matters.
-            with contextlib.suppress(SyncError):
-                finish_stream(named)
+        self.stream_into(version, named, receiver, listening)
 
     def _join(self):
         """Join the newest generation once the trainer has opened it, then wait until every member is in."""

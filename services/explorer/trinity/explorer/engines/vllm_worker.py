@@ -134,30 +134,29 @@ class TrinityTransferEngine(WeightTransferEngine[TrinityInitInfo, TrinityUpdateI
 
         from trinity.explorer.engines.vllm_engine import STREAMED_RELOAD_BYTES
         from trinity.explorer.engines.weights import checkpoint_tensor_names, complete_groups
-        from trinity.models.digest import WeightsDigest
-        from trinity.sync import finish_stream
+        from trinity.sync import load_streamed
 
         if self.receiver is None:
             raise RuntimeError("update_weights before init_weight_transfer_engine")
         self.report = {}
-        version, named = self.receiver.receive_streamed()
-        digest, names = WeightsDigest(), []
+        names: list[str] = []
         dtype = self.model_config.dtype
-        try:
+        expected = checkpoint_tensor_names(self.model_config.model)
+
+        def load(version: int, named: Iterator[tuple[str, torch.Tensor]]) -> None:
             if version != update_info.version:
                 raise RuntimeError(f"the trainer sent version {version}, version {update_info.version} was announced")
-            cast = ((n, t.to(dtype)) for n, t in digest.observe(named))
-            expected = checkpoint_tensor_names(self.model_config.model)
-            for group in complete_groups(cast, expected, STREAMED_RELOAD_BYTES):
+            for group in complete_groups(((n, t.to(dtype)) for n, t in named), expected, STREAMED_RELOAD_BYTES):
                 reload_in_place(lambda it: reload_weights(self.vllm_config, self.model, it, None, True), group)
-                names += [name for name, _ in group]
-        finally:
-            finish_stream(named)
+                names.extend(name for name, _ in group)
+
+        version, named = self.receiver.receive_streamed()
+        loaded = load_streamed(version, named, load)
         _repack_tied_modules(self.model)
         _repack_reloaded_cpu_experts(self.model, names)
         self.report = {
             "version": version,
-            "loaded_digest": digest.value,
+            "loaded_digest": loaded,
             "published_digest": self.receiver.published_digest,
             "rank": self.receiver.rank,
         }
