@@ -20,7 +20,7 @@ from trinity.clients import BufferClient, GatewayClient
 from trinity.clients.gateway import RunReporter
 from trinity.config import RunConfig, naming
 from trinity.config.sync import resolve_explorer_receive
-from trinity.explorer.engines.base import Engine, EngineFailed, SamplingSettings
+from trinity.explorer.engines.base import Engine, SamplingSettings
 from trinity.explorer.metrics import DIGEST_MATCH, WEIGHT_VERSION
 from trinity.explorer.rewards.judge_client import JudgeSettings, build_judge
 from trinity.explorer.steering import Steering
@@ -237,16 +237,10 @@ class ExplorerContext(ReportingRunner):
         self.feed.start()
 
     def _load_by_workers(self, version: int, listening: int) -> None:
-        """The feed's thread: the engine's workers take `version` (calls held off meanwhile)."""
-        from trinity.sync import SyncError
-
+        """The feed's thread: the engine's workers take `version` (calls held off meanwhile); a worker's failure is a
+        `SyncError` (the feed reports it and joins the next generation)."""
         started, loading = time.perf_counter(), now_ms()
-        try:
-            loaded, published = self.engine.receive_version(version)  # type: ignore[attr-defined]
-        except EngineFailed:
-            raise
-        except Exception as err:  # a worker's failure reaches here as vLLM re-raises it
-            raise SyncError(f"the engine's workers could not take weight version {version}: {err}") from err
+        loaded, published = self.engine.receive_version(version)  # type: ignore[attr-defined]
         self.record(gateway_pb2.PHASE_WEIGHT_LOAD, loading, version=version)
         self._loaded(version, time.perf_counter() - started, loaded, published)
 

@@ -21,7 +21,7 @@ from trinity.explorer.engines.base import (
 from trinity.explorer.engines.registry import ENGINES
 from trinity.explorer.engines.vllm_loop import EngineLoop
 from trinity.explorer.engines.weights import checkpoint_tensor_names, complete_groups
-from trinity.sync import SyncGroupSpec
+from trinity.sync import SyncError, SyncGroupSpec
 
 STAGED_RELOAD_BYTES, STREAMED_RELOAD_BYTES = 1 << 30, 64 << 20
 
@@ -183,10 +183,22 @@ class VllmEngine(Engine):
         return self.config.tensor_parallel_size
 
     def join_sync_group(self, spec: SyncGroupSpec, first_rank: int) -> None:
-        """Every worker joins the group as ranks `first_rank`.. (blocks the engine until the group has formed)."""
+        """Every worker joins the group as ranks `first_rank`.. (blocks the engine until the group has formed);
+        `SyncError` naming the workers that could not."""
         secret = spec.secret_bytes or b""
         info = {"spec_json": spec.model_dump_json(), "first_rank": first_rank, "secret_hex": secret.hex()}
         self._loop.call(functools.partial(self._llm.init_weight_transfer_engine, {"init_info": info}))
+        self._worker_reports(f"joining sync group {spec.name} generation {spec.generation}")
+
+    def _worker_reports(self, what: str) -> list[dict[str, Any]]:
+        """Each worker's outcome of its last sync call (they keep it rather than raise: `TrinityTransferEngine`)."""
+        reports: list[dict[str, Any]] = self._loop.call(
+            functools.partial(self._llm.collective_rpc, "trinity_sync_report")
+        )
+        failed = [f"rank {r['rank']}: {r['error']}" for r in reports if "error" in r]
+        if failed:
+            raise SyncError(f"the engine's workers failed {what}: {'; '.join(failed)}")
+        return reports
 
     def leave_sync_group(self) -> None:
         self._loop.call(self._llm.shutdown_weight_transfer_engine)
@@ -200,7 +212,7 @@ class VllmEngine(Engine):
             self._loop.call(self._llm.start_weight_update)
             self._loop.call(functools.partial(self._llm.update_weights, {"update_info": {"version": version}}))
             self._loop.call(self._llm.finish_weight_update)
-            reports = self._loop.call(functools.partial(self._llm.collective_rpc, "trinity_sync_report"))
+            reports = self._worker_reports(f"weight version {version}")
             loaded = {report["loaded_digest"] for report in reports}
             if len(loaded) != 1:  # every worker received the whole version: they must agree on it
                 raise RuntimeError(f"the engine's workers loaded different weights for version {version}: {reports}")

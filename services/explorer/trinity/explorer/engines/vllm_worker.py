@@ -114,7 +114,25 @@ class TrinityTransferEngine(WeightTransferEngine[TrinityInitInfo, TrinityUpdateI
         self.receiver: Any = None
         self.report: dict[str, Any] = {}
 
+    # vLLM's multiprocess executor raises at the first worker whose call failed and leaves the other workers' replies
+    # queued, where the next call reads them as its own (vllm/v1/executor/multiproc_executor.py, collective_rpc): a
+    # failed update would answer every later call with a stale error. So these calls never raise; each worker keeps
+    # its outcome in `report`, which the explorer reads from every worker (`trinity_sync_report`) and raises from.
+
     def init_transfer_engine(self, init_info: TrinityInitInfo) -> None:
+        self._reporting(lambda: self._join(init_info))
+
+    def receive_weights(self, update_info: TrinityUpdateInfo) -> None:
+        self._reporting(lambda: self._receive(update_info))
+
+    def _reporting(self, step: Callable[[], dict[str, Any]]) -> None:
+        try:
+            self.report = step()
+        except Exception as err:  # noqa: BLE001 - handed to the explorer through `report` (see above)
+            self.report = {"error": f"{type(err).__name__}: {err}"}
+        self.report["rank"] = self.receiver.rank if self.receiver is not None else None
+
+    def _join(self, init_info: TrinityInitInfo) -> dict[str, Any]:
         from trinity.sync import SyncGroupSpec, open_receiver
 
         self.shutdown()
@@ -125,11 +143,12 @@ class TrinityTransferEngine(WeightTransferEngine[TrinityInitInfo, TrinityUpdateI
         device = self.device if spec.backend == "nccl" else None
         self.receiver = open_receiver(spec, rank, **({"device": device} if device is not None else {}))
         self.receiver.init()
+        return {}
 
     def start_weight_update(self) -> None:
         """Nothing: each group of whole layers is a reload call of its own (`receive_weights`)."""
 
-    def receive_weights(self, update_info: TrinityUpdateInfo) -> None:
+    def _receive(self, update_info: TrinityUpdateInfo) -> dict[str, Any]:
         from vllm.model_executor.model_loader.reload.inplace import reload_weights
 
         from trinity.explorer.engines.vllm_engine import STREAMED_RELOAD_BYTES
@@ -138,7 +157,6 @@ class TrinityTransferEngine(WeightTransferEngine[TrinityInitInfo, TrinityUpdateI
 
         if self.receiver is None:
             raise RuntimeError("update_weights before init_weight_transfer_engine")
-        self.report = {}
         names: list[str] = []
         dtype = self.model_config.dtype
         expected = checkpoint_tensor_names(self.model_config.model)
@@ -154,12 +172,7 @@ class TrinityTransferEngine(WeightTransferEngine[TrinityInitInfo, TrinityUpdateI
         loaded = load_streamed(version, named, load)
         _repack_tied_modules(self.model)
         _repack_reloaded_cpu_experts(self.model, names)
-        self.report = {
-            "version": version,
-            "loaded_digest": loaded,
-            "published_digest": self.receiver.published_digest,
-            "rank": self.receiver.rank,
-        }
+        return {"version": version, "loaded_digest": loaded, "published_digest": self.receiver.published_digest}
 
     def finish_weight_update(self) -> None:
         """Nothing left: `receive_weights` loaded and processed every group."""
