@@ -56,6 +56,11 @@ class TrainerBackend(Protocol):
         """See `TrainState.continue_versions_after`."""
         ...
 
+    def warm_up(self) -> None:
+        """Pay the first step's one-time costs now (while the trainer waits for its explorers), changing nothing a
+        step sees; a backend with nothing to warm does nothing."""
+        ...
+
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Hugging-Face-named full weights of the policy (LoRA merged), for weight sync."""
         ...

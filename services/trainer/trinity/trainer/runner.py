@@ -178,6 +178,8 @@ class TrainerRunner(ReportingRunner):
                 model_config, checkpoints, run_id=self.run_id, rank_secret=lambda: self.gateway.rank_secret(self.run_id)
             )
             self._resume(backend)
+            # While the explorers build their engines, so that the first step does not pay it (docs/benchmarks.md).
+            backend.warm_up()
         # The same instance id restarted: what this consumer held when it died is ours to train again.
         self.buffer.nack(self.stream, self.instance_id, all_pending=True)
         if uses_expert_data(cfg):

@@ -210,6 +210,29 @@ class TorchBackend:
     def continue_versions_after(self, version: int) -> None:
         self.state.continue_versions_after(version)
 
+    def warm_up(self) -> None:
+        """For a fresh optimizer: one update at learning rate 0 over zero gradients (its state made and its first
+        fused call paid: 1.7 s of the quickstart's first step on its own), then that state reset to a fresh
+        optimizer's zeros. The weights are bitwise unchanged (a 0 step, a weight decay factor of exactly 1), the
+        gradients dropped, the schedule not stepped. A forward and backward warm-up measured nothing beside the
+        first step's evaluation (docs/benchmarks.md), so there is none. One rank only: sharded ranks would all have to
+        make the same call."""
+        if self.ranks.sharded or any(self.optimizer.state.values()):  # a resumed optimizer's moments must not move
+            return
+        rates = [group["lr"] for group in self.optimizer.param_groups]
+        for group in self.optimizer.param_groups:
+            group["lr"] = 0.0
+            for param in group["params"]:
+                param.grad = torch.zeros_like(param)
+        self.optimizer.step()
+        for group, rate in zip(self.optimizer.param_groups, rates, strict=True):
+            group["lr"] = rate
+        for state in self.optimizer.state.values():  # a fresh optimizer's: step 0, zero moments
+            for value in state.values():
+                if isinstance(value, torch.Tensor):
+                    value.zero_()
+        self.optimizer.zero_grad(set_to_none=True)
+
     @property
     def learning_rate(self) -> float:
         return float(self.scheduler.base_lrs[0])

@@ -90,6 +90,9 @@ class MegatronBackend:
     def continue_versions_after(self, version: int) -> None:
         self._version = int(self._workers.call("continue_versions_after", version))
 
+    def warm_up(self) -> None:
+        """Nothing: the TP x PP x DP workers pay their first step's costs in it."""
+
     # Megatron's optimizer param groups and scheduler live in the TP x PP x DP workers, with their own
     # learning-rate bookkeeping; steering them is not wired (docs/console.md, "Steering").
     _NO_LR_STEERING = (

@@ -142,6 +142,9 @@ class ReplicatedBackend:
         with self._command("continue_versions_after", version):
             self._backend.continue_versions_after(version)
 
+    def warm_up(self) -> None:
+        """Nothing: a sharded warm-up would have to make the same collectives on every rank; the first step pays."""
+
     @property
     def learning_rate(self) -> float:
         return self._backend.learning_rate  # the same on every rank
