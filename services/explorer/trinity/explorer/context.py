@@ -221,7 +221,7 @@ class ExplorerContext(ReportingRunner):
     def start_weight_feed(self) -> None:
         """Join the run's sync group in the background; versions are staged until applied, or streamed into the
         engine as they arrive (`synchronizer.explorer_receive`)."""
-        ranks = getattr(self.engine, "sync_ranks", 1)
+        ranks = self.engine.sync_ranks
         if ranks > 1:  # every engine worker a rank: each receives and loads its shard itself
             log.info("weights.receive_mode", run_id=self.run_id, explorer_receive="workers", ranks=ranks)
             engine: Any = self.engine
@@ -236,7 +236,7 @@ class ExplorerContext(ReportingRunner):
             )
         self.feed.start()
 
-    def _load_by_workers(self, version: int, listening: int) -> None:
+    def _load_by_workers(self, version: int) -> None:
         """The feed's thread: the engine's workers take `version` (calls held off meanwhile); a worker's failure is a
         `SyncError` (the feed reports it and joins the next generation)."""
         started, loading = time.perf_counter(), now_ms()
@@ -244,9 +244,7 @@ class ExplorerContext(ReportingRunner):
         self.record(gateway_pb2.PHASE_WEIGHT_LOAD, loading, version=version)
         self._loaded(version, time.perf_counter() - started, loaded, published)
 
-    def _load_streamed(
-        self, version: int, named: Iterator[tuple[str, torch.Tensor]], receiver: SyncReceiver, listening: int
-    ) -> None:
+    def _load_streamed(self, version: int, named: Iterator[tuple[str, torch.Tensor]], receiver: SyncReceiver) -> None:
         """The feed's thread: load a version as its verified chunks arrive (the engine holds calls meanwhile)."""
         from trinity.sync import load_streamed
 

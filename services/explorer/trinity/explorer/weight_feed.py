@@ -44,8 +44,8 @@ class Staged:
     received_ms: tuple[int, int] = (0, 0)  # unix ms: listening for it began (up to IDLE_WAIT_S early), it was in
 
 
-StreamInto = Callable[[int, Iterator[tuple[str, torch.Tensor]], "SyncReceiver", int], None]
-"""`stream_into(version, named_tensors, receiver, listening_ms)`: load a version as its verified tensors arrive
+StreamInto = Callable[[int, Iterator[tuple[str, torch.Tensor]], "SyncReceiver"], None]
+"""`stream_into(version, named_tensors, receiver)`: load a version as its verified tensors arrive
 (`trinity.sync.load_streamed`); `receiver.published_digest` is the sender's once the tensors are exhausted."""
 
 
@@ -57,9 +57,8 @@ class WorkerRanks:
     join: Callable[[SyncGroupSpec, int], None]
     """`join(spec, first_rank)`: every worker joins, as ranks first_rank.. (returns once the group has formed)."""
     leave: Callable[[], None]
-    receive: Callable[[int, int], None]
-    """`receive(version, listening_ms)`: the workers take the announced version; a transport failure is a
-    `SyncError`."""
+    receive: Callable[[int], None]
+    """`receive(version)`: the workers take the announced version; a transport failure is a `SyncError`."""
 
 
 class WeightFeed:
@@ -143,7 +142,8 @@ class WeightFeed:
                 listening = now_ms()
                 try:
                     if self.stream_into is not None:
-                        self._stream(receiver, listening)
+                        version, named = receiver.receive_streamed(idle_timeout_s=IDLE_WAIT_S)
+                        self.stream_into(version, named, receiver)
                         continue
                     version, named = receiver.receive(idle_timeout_s=IDLE_WAIT_S)
                 except NoUpdateYet:
@@ -173,7 +173,6 @@ class WeightFeed:
             _, store = open_store(spec, group.rank)
             seq = 0
             while not self._stop.is_set():
-                listening = now_ms()
                 try:
                     wait_for_doorbell(store, seq + 1, spec, IDLE_WAIT_S)
                 except NoUpdateYet:
@@ -182,15 +181,10 @@ class WeightFeed:
                     log.info("weights.generation_ended", generation=self.generation)
                     return
                 seq += 1
-                workers.receive(int(store.get(doorbell(seq))), listening)
+                workers.receive(int(store.get(doorbell(seq))))
         finally:
             with contextlib.suppress(Exception):  # the workers' receivers go with the generation, failed or not
                 workers.leave()
-
-    def _stream(self, receiver: SyncReceiver, listening: int) -> None:
-        assert self.stream_into is not None
-        version, named = receiver.receive_streamed(idle_timeout_s=IDLE_WAIT_S)
-        self.stream_into(version, named, receiver, listening)
 
     def _join(self):
         """Join the newest generation once the trainer has opened it, then wait until every member is in."""

@@ -275,6 +275,12 @@ class Engine(ABC):
         """Release the backend's resources."""
 
     @property
+    def sync_ranks(self) -> int:
+        """Ranks the engine takes in the weight-sync group: 1 (this process receives), or one per worker of an engine
+        whose workers receive themselves (vLLM split across workers)."""
+        return 1
+
+    @property
     def device(self) -> torch.device | None:
         """Where the model's weights live, which a GPU weight-sync backend receives into; None: the current CUDA
         device (an engine that places its model itself)."""
