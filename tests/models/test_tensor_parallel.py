@@ -59,6 +59,20 @@ def _form(engine: VllmEngine, rendezvous: Rendezvous, spec: SyncGroupSpec) -> We
     return sender
 
 
+def _sync_whole_version(
+    engine: VllmEngine, backend: TorchBackend, rendezvous: Rendezvous, spec: SyncGroupSpec
+) -> tuple[int, int | None]:
+    """Version 1 from the trainer to the engine's two worker ranks, accepted by both; (loaded, published) digests."""
+    sender = _form(engine, rendezvous, spec)
+    with ThreadPoolExecutor(1) as pool:  # the trainer publishes while the engine's workers receive
+        publishing = pool.submit(sender.publish, 1, backend.named_weights())
+        digests = engine.receive_version(1)
+        assert publishing.result(60).accepted_by_all  # ranks 1 and 2 each reported and accepted
+    engine.leave_sync_group()
+    sender.close()
+    return digests
+
+
 def _assert_samples_the_trained_policy(engine: VllmEngine, model: Path, backend: TorchBackend) -> None:
     after = _sample(engine)
     engine_logprobs = [torch.tensor(s.logprobs) for r in after for s in r.samples]
@@ -75,15 +89,7 @@ def test_two_workers_each_receive_the_version_and_the_engine_samples_the_trained
     model, engine, backend = trained
     spec = SyncGroupSpec.for_members(f"tp{uuid.uuid4().hex[:8]}", 0, WORKERS, timeout_s=60, bucket_mb=0.05)
     rendezvous = reserve_rendezvous(spec)
-    sender = _form(engine, rendezvous, rendezvous.spec)
-    with ThreadPoolExecutor(1) as pool:  # the trainer publishes while the engine's workers receive
-        publishing = pool.submit(sender.publish, 1, backend.named_weights())
-        loaded, published = engine.receive_version(1)
-        report = publishing.result(60)
-    engine.leave_sync_group()
-    sender.close()
-
-    assert report.accepted_by_all  # ranks 1 and 2 each reported and accepted
+    loaded, published = _sync_whole_version(engine, backend, rendezvous, rendezvous.spec)
     assert loaded == published == weights_digest(backend.named_weights())
     assert engine.model_version == 1 and engine.torn is None
     _assert_samples_the_trained_policy(engine, model, backend)
@@ -115,13 +121,8 @@ def test_an_update_that_fails_part_way_tears_the_engine_and_the_next_generation_
     sender.close()
 
     # The next generation (as the trainer's publisher re-forms after a failure) brings the whole version.
-    sender = _form(engine, rendezvous, rendezvous.next_generation(WORKERS, timeout_s=60, bucket_mb=0.05))
-    with ThreadPoolExecutor(1) as pool:
-        publishing = pool.submit(sender.publish, 1, backend.named_weights())
-        loaded, published = engine.receive_version(1)
-        assert publishing.result(60).accepted_by_all
-    engine.leave_sync_group()
-    sender.close()
+    next_spec = rendezvous.next_generation(WORKERS, timeout_s=60, bucket_mb=0.05)
+    loaded, published = _sync_whole_version(engine, backend, rendezvous, next_spec)
     assert loaded == published == weights_digest(backend.named_weights())
     assert engine.torn is None and engine.model_version == 1
     _assert_samples_the_trained_policy(engine, model, backend)
