@@ -111,8 +111,12 @@ class TrinityTransferEngine(WeightTransferEngine[TrinityInitInfo, TrinityUpdateI
 
         super().__init__(config, vllm_config, device, model)
         configure_logging("explorer")  # a spawned worker: its sync events go to the explorer's stream as JSON too
+        from trinity.explorer.engines.weights import checkpoint_tensor_names
+
         self.receiver: Any = None
         self.report: dict[str, Any] = {}
+        # What a whole layer is, read once from the checkpoint's headers (every version has the same names).
+        self.expected_names = checkpoint_tensor_names(self.model_config.model)
 
     # vLLM's multiprocess executor raises at the first worker whose call failed and leaves the other workers' replies
     # queued, where the next call reads them as its own (vllm/v1/executor/multiproc_executor.py, collective_rpc): a
@@ -152,19 +156,19 @@ class TrinityTransferEngine(WeightTransferEngine[TrinityInitInfo, TrinityUpdateI
         from vllm.model_executor.model_loader.reload.inplace import reload_weights
 
         from trinity.explorer.engines.vllm_engine import STREAMED_RELOAD_BYTES
-        from trinity.explorer.engines.weights import checkpoint_tensor_names, complete_groups
+        from trinity.explorer.engines.weights import complete_groups
         from trinity.sync import load_streamed
 
         if self.receiver is None:
             raise RuntimeError("update_weights before init_weight_transfer_engine")
         names: list[str] = []
         dtype = self.model_config.dtype
-        expected = checkpoint_tensor_names(self.model_config.model)
 
         def load(version: int, named: Iterator[tuple[str, torch.Tensor]]) -> None:
             if version != update_info.version:
                 raise RuntimeError(f"the trainer sent version {version}, version {update_info.version} was announced")
-            for group in complete_groups(((n, t.to(dtype)) for n, t in named), expected, STREAMED_RELOAD_BYTES):
+            cast = ((n, t.to(dtype)) for n, t in named)
+            for group in complete_groups(cast, self.expected_names, STREAMED_RELOAD_BYTES):
                 reload_in_place(lambda it: reload_weights(self.vllm_config, self.model, it, None, True), group)
                 names.extend(name for name, _ in group)
 
