@@ -11,7 +11,9 @@ Every figure comes from one run, on 2 torch threads (the machine's 2 cores), Smo
 2. one GRPO train step of the quickstart batch (examples/quickstart/config.yaml: 8 prompts x 8 responses of
    16 tokens, chat-templated quickstart questions) through `TorchBackend`, fp32 and bf16 autocast: its matmul
    FLOPs (`FlopCounterMode`, forward + backward), its time, achieved FLOP/s and the fraction of the peak;
-3. where that step goes: `torch.profiler` self CPU time by operation family, and the top 10 ops;
+3. where that step goes: `torch.profiler` self CPU time by operation family, and the top 10 ops; every matrix
+   product of one more step recorded (op, operand shapes and strides) and each timed alone on the same layout:
+   the step's matmuls at the kernels' best, and with its attention kernels and optimizer the step's kernel floor;
 4. vLLM decode (the explorer's engine) of the same batch, 64 sequences, fp32 and bf16: decode tokens/s
    against a ceiling at the same batch, 64 / (one decode step's linear-layer and LM-head GEMMs at M=64,
    timed with torch.matmul): the tokens/s if only the matmuls ran; and against the same GEMMs at the peak rate.
@@ -157,6 +159,85 @@ def best_seconds(fn: Callable[[], object], repeats: int, min_sample_s: float = 0
     return best
 
 
+@dataclass(frozen=True)
+class Operand:
+    """A matrix product's operand as the op received it: its layout decides which kernel runs and how fast."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: str
+
+
+MATMUL_OPS = ("mm", "addmm", "bmm")  # every matrix product of a decoder step dispatches to one of these (CPU)
+
+
+def product_flops(operands: tuple[Operand, ...]) -> int:
+    """FLOPs of `mm(a, b)`, `addmm(bias, a, b)` or `bmm(a, b)`: the last two operands are the factors."""
+    a, b = operands[-2].shape, operands[-1].shape
+    return 2 * math.prod(a) * b[-1]
+
+
+def record_products(fn: Callable[[], object]) -> dict[tuple[str, tuple[Operand, ...]], int]:
+    """Run `fn` and count every matrix product it dispatches, forward and backward, by op and operand layout."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    ops = {getattr(torch.ops.aten, name).default: name for name in MATMUL_OPS}
+    counts: dict[tuple[str, tuple[Operand, ...]], int] = {}
+
+    class Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if func in ops:
+                operands = tuple(
+                    Operand(tuple(a.shape), tuple(a.stride()), str(a.dtype).removeprefix("torch."))
+                    for a in args
+                    if isinstance(a, torch.Tensor)
+                )
+                counts[(ops[func], operands)] = counts.get((ops[func], operands), 0) + 1
+            return func(*args, **(kwargs or {}))
+
+    with Recorder():
+        fn()
+    return counts
+
+
+def replay_products(counts: Mapping[tuple[str, tuple[Operand, ...]], int], repeats: int) -> dict[str, Any]:
+    """Each recorded product timed alone on fresh operands of the same layout (best of `repeats`), times its count:
+    what the step's matmuls cost when nothing else runs, the kernels' own best at these shapes."""
+    import torch
+
+    rows = []
+    for (op, operands), count in counts.items():
+        tensors = [
+            torch.empty_strided(o.shape, o.stride, dtype=getattr(torch, o.dtype)).normal_(std=0.02) for o in operands
+        ]
+        fn = getattr(torch.ops.aten, op).default
+        with torch.no_grad():
+            seconds = best_seconds(lambda fn=fn, tensors=tensors: fn(*tensors), repeats)
+        flops = product_flops(operands)
+        rows.append(
+            {
+                "op": op,
+                "operands": [[list(o.shape), list(o.stride), o.dtype] for o in operands],
+                "count": count,
+                "seconds": seconds * count,
+                "gflops": flops / seconds / 1e9,
+                "flops": flops * count,
+            }
+        )
+    rows.sort(key=lambda r: -r["seconds"])
+    seconds = sum(r["seconds"] for r in rows)
+    flops = sum(r["flops"] for r in rows)
+    return {
+        "products": sum(counts.values()),
+        "distinct": len(rows),
+        "seconds": seconds,
+        "gflop": flops / 1e9,
+        "gflops": flops / seconds / 1e9 if seconds else 0.0,
+        "top": rows[:12],
+    }
+
+
 # ---- measurements (the child process) -------------------------------------------------------------------------
 
 
@@ -282,6 +363,7 @@ def _train_step(model_path: str, dtype: str, repeats: int) -> dict[str, Any]:
         profiled_seconds, metrics = step()
     events = prof.key_averages()
     op_seconds = {e.key: e.self_cpu_time_total / 1e6 for e in events}
+    alone = replay_products(record_products(step), repeats=5)
     seconds = min(times)
     matmul_flops = flops.get("matmul / linear", 0)
     matmul_op_seconds = sum(s for n, s in op_seconds.items() if op_family(n) == "matmul / linear")
@@ -299,6 +381,8 @@ def _train_step(model_path: str, dtype: str, repeats: int) -> dict[str, Any]:
         "matmul_kernel_gflops": matmul_flops / matmul_op_seconds / 1e9 if matmul_op_seconds else None,
         "profiled_step_seconds": profiled_seconds,
         "profile": family_table(op_seconds, profiled_seconds),
+        "matmuls_alone": alone,
+        "kernel_floor": kernel_floor(alone["seconds"], op_seconds),
         "top_ops": [
             {
                 "op": e.key,
@@ -310,6 +394,19 @@ def _train_step(model_path: str, dtype: str, repeats: int) -> dict[str, Any]:
         ],
         "torch_threads": torch.get_num_threads(),
     }
+
+
+FLOOR_FAMILIES = ("attention (sdpa)", "optimizer")
+
+
+def kernel_floor(matmuls_alone_seconds: float, op_seconds: Mapping[str, float]) -> dict[str, float]:
+    """The least a step of these shapes can take with today's kernels: its matmuls at their best alone, plus the
+    self time its attention kernels and optimizer took in the profiled step; every other op (elementwise, casts,
+    copies, the log-softmax) and all Python counted as free."""
+    parts = {"matmuls_alone": matmuls_alone_seconds}
+    for family in FLOOR_FAMILIES:
+        parts[family] = sum(s for name, s in op_seconds.items() if op_family(name) == family)
+    return {**parts, "seconds": sum(parts.values())}
 
 
 def decode_ceiling(gemms: list[Gemm], gflops: list[float], peak_gflops: float) -> dict[str, Any]:
@@ -405,6 +502,10 @@ def measure(quick: bool) -> dict[str, Any]:
         step["fraction_of_peak"] = step["achieved_matmul_gflops"] / peak[d]["peak_gflops"]
         kernel = step["matmul_kernel_gflops"]
         step["matmul_kernel_fraction_of_peak"] = kernel / peak[d]["peak_gflops"] if kernel else None
+        alone = step["matmuls_alone"]
+        alone["fraction_of_peak"] = alone["gflops"] / peak[d]["peak_gflops"]
+        floor = step["kernel_floor"]
+        floor["fraction_of_peak"] = alone["gflop"] / floor["seconds"] / peak[d]["peak_gflops"]
 
     from transformers import AutoTokenizer
 
@@ -453,6 +554,9 @@ def summary(result: Mapping[str, Any]) -> dict[str, Any]:
             "train_step_seconds": result["train_step"][d]["step_seconds"],
             "train_fraction_of_peak": result["train_step"][d]["fraction_of_peak"],
             "train_gemm_kernel_fraction_of_peak": result["train_step"][d]["matmul_kernel_fraction_of_peak"],
+            "train_matmuls_alone_fraction_of_peak": result["train_step"][d]["matmuls_alone"]["fraction_of_peak"],
+            "train_kernel_floor_seconds": result["train_step"][d]["kernel_floor"]["seconds"],
+            "train_fraction_of_peak_at_kernel_floor": result["train_step"][d]["kernel_floor"]["fraction_of_peak"],
             "decode_tokens_per_s": result["decode"][d]["decode_tokens_per_s"],
             "decode_fraction_of_ceiling": result["decode"][d]["fraction_of_ceiling"],
             "decode_fraction_of_peak_ceiling": result["decode"][d]["fraction_of_peak_ceiling"],

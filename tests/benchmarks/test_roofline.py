@@ -9,16 +9,22 @@ from torch.utils.flop_counter import FlopCounterMode
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from benchmarks.bench_roofline import (
+    MATMUL_OPS,
     OTHER,
     OUTSIDE_OPS,
     Gemm,
+    Operand,
     best_seconds,
     decode_ceiling,
     family_table,
     gemm_flops,
     gemm_peak,
+    kernel_floor,
     linear_gemms,
     op_family,
+    product_flops,
+    record_products,
+    replay_products,
     split_flops,
 )
 
@@ -139,3 +145,39 @@ def test_decode_ceiling_is_the_batch_over_the_step_gemm_time():
     assert ceiling["gemm_seconds_per_step"] == pytest.approx(seconds)
     assert ceiling["tokens_per_s"] == pytest.approx(64 / seconds)
     assert ceiling["tokens_per_s_at_peak"] == pytest.approx(2 * 64 / seconds)
+
+
+def test_recorded_products_are_every_matmul_of_a_forward_and_backward_with_torchs_flops():
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(_tiny_config())
+    ids = torch.randint(0, 96, (2, 10))
+
+    def step() -> None:
+        model(input_ids=ids).logits.float().logsumexp(-1).mean().backward()
+
+    with FlopCounterMode(display=False) as counter:
+        step()
+    torch_flops = split_flops(_global_counts(counter))["matmul / linear"]
+    counts = record_products(step)
+    assert {op for op, _ in counts} <= set(MATMUL_OPS)
+    assert sum(product_flops(operands) * n for (_, operands), n in counts.items()) == torch_flops
+    # a linear's weight gradient multiplies a transposed operand: the layouts are kept apart
+    assert any(o.stride[0] < o.stride[-1] for _, operands in counts for o in operands)
+
+
+def test_replayed_products_time_each_layout_and_keep_the_count_and_flops():
+    a = Operand((8, 16), (16, 1), "float32")
+    b_t = Operand((16, 4), (1, 16), "float32")  # a transposed weight, as nn.Linear hands it over
+    counts = {("mm", (a, b_t)): 3, ("addmm", (Operand((4,), (1,), "float32"), a, b_t)): 1}
+    alone = replay_products(counts, repeats=2)
+    assert (alone["products"], alone["distinct"]) == (4, 2)
+    assert alone["gflop"] == pytest.approx(4 * 2 * 8 * 16 * 4 / 1e9)
+    assert {r["op"]: r["count"] for r in alone["top"]} == {"mm": 3, "addmm": 1}
+    assert alone["seconds"] == pytest.approx(sum(r["seconds"] for r in alone["top"])) and alone["seconds"] > 0
+
+
+def test_kernel_floor_adds_the_attention_and_optimizer_kernels_to_the_matmuls_alone():
+    ops = {"aten::_scaled_dot_product_flash_attention_for_cpu": 0.2, "aten::_fused_adamw_": 0.1, "aten::mul": 5.0}
+    floor = kernel_floor(1.0, ops)
+    assert floor["seconds"] == pytest.approx(1.3)
+    assert (floor["attention (sdpa)"], floor["optimizer"]) == (0.2, 0.1)
