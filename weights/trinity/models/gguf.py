@@ -1,9 +1,10 @@
 """Convert a GGUF checkpoint into a Hugging Face directory (fp32 safetensors + tokenizer).
 
 transformers can *load* a GGUF file (`gguf_file=`) by dequantizing it, but refuses to `save_pretrained`
-a model whose config still says "quantized with gguf". So the import loads once, drops
-`config.quantization_config`, builds a fresh model from the cleaned config, copies the dequantized
-weights in, and saves that.
+a model whose config still says "quantized with gguf". The loaded weights are already plain fp32, so the import
+loads once, drops the GGUF quantizer and `config.quantization_config`, and saves the model as it is. (Each
+`from_pretrained(gguf_file=)` parses the whole file again, 2-3 s for SmolLM2's: the config comes from the loaded
+model, not from a third parse.)
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def import_gguf(gguf_path: str | Path, out_dir: str | Path, *, pad_token: str | 
     a crash never leaves a half-written model that `ensure_smollm2` would mistake for a finished one.
     """
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf_path = Path(gguf_path)
     out = Path(out_dir)
@@ -52,31 +53,30 @@ def import_gguf(gguf_path: str | Path, out_dir: str | Path, *, pad_token: str | 
         raise FileExistsError(f"{out} already exists; remove it or choose another output directory")
     out.parent.mkdir(parents=True, exist_ok=True)
     src_dir, name = str(gguf_path.parent), gguf_path.name
-
     tokenizer = AutoTokenizer.from_pretrained(src_dir, gguf_file=name)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = pad_token or tokenizer.eos_token
     elif pad_token is not None:
         tokenizer.pad_token = pad_token
-
-    loaded = AutoModelForCausalLM.from_pretrained(src_dir, gguf_file=name, dtype=torch.float32)
-    config = AutoConfig.from_pretrained(src_dir, gguf_file=name)
+    model, info = AutoModelForCausalLM.from_pretrained(
+        src_dir, gguf_file=name, dtype=torch.float32, output_loading_info=True
+    )
+    # A weight the file lacks would be left randomly initialized: refuse instead (a tied lm_head is not one).
+    missing = [k for k in info["missing_keys"] if not (k == "lm_head.weight" and model.config.tie_word_embeddings)]
+    if missing or info["unexpected_keys"]:
+        raise RuntimeError(
+            f"GGUF weights do not match the config: missing={missing} unexpected={info['unexpected_keys']}"
+        )
+    model.hf_quantizer = None  # what save_pretrained refuses: the weights it would save are dequantized already
+    config = model.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     config.pad_token_id = tokenizer.pad_token_id
-    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    missing, unexpected = fresh.load_state_dict(loaded.state_dict(), strict=False)
-    # A tied lm_head is absent from the state dict of a tied model, so it may show up as "missing".
-    missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
-    if missing or unexpected:
-        raise RuntimeError(f"GGUF weights do not match the config: missing={missing} unexpected={unexpected}")
     if config.tie_word_embeddings:
-        fresh.tie_weights()
-    del loaded
-
+        model.tie_weights()
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        fresh.save_pretrained(tmp, safe_serialization=True)
+        model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         tmp.chmod(0o755)  # mkdtemp creates 0700; the model directory is meant to be shared
         os.replace(tmp, out)
