@@ -51,6 +51,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -104,9 +105,12 @@ def override(config: dict[str, Any], assignment: str) -> None:
     node[key] = yaml.safe_load(value)
 
 
-def _run_ours(steps: int, workdir: Path, overrides: tuple[str, ...] = ()) -> dict[str, Any]:
+def _run_ours(
+    steps: int, workdir: Path, overrides: tuple[str, ...] = (), env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """The quickstart as it ships (bf16 matmuls and sampling, one-step-off), only its step budget changed (and
-    `overrides`, `--ours-set`, for measuring one lever against the shipped settings)."""
+    `overrides`, `--ours-set`, for measuring one lever against the shipped settings; `env` on top of this
+    process's environment)."""
     import yaml
 
     config = _quickstart_config()
@@ -121,7 +125,7 @@ def _run_ours(steps: int, workdir: Path, overrides: tuple[str, ...] = ()) -> dic
     config_path.write_text(yaml.safe_dump(config))
     output = workdir / "ours"
     command = [sys.executable, "-m", "trinity.cli", "run", "--config", str(config_path), "--output", str(output)]
-    proc = _launch([*command, "--quiet"], dict(os.environ), timeout=None, launched=time.time())
+    proc = _launch([*command, "--quiet"], {**os.environ, **(env or {})}, timeout=None, launched=time.time())
     summary_path = output / "summary.json"
     if proc.returncode != 0 or not summary_path.exists():
         raise RuntimeError(f"trinity run failed (exit {proc.returncode}):\n{proc.output[-3000:]}")
