@@ -355,7 +355,8 @@ def _train_step(model_path: str, dtype: str, repeats: int) -> dict[str, Any]:
     config = quickstart_config(model_path, autocast=dtype == "bfloat16")
     backend = TorchBackend(config)
     step = quickstart_stepper(backend, config)
-    with FlopCounterMode(display=False) as counter:  # also the warm-up step
+    step()  # warm-up: the first step differs (a fresh optimizer, one-time allocations), so nothing counts it
+    with FlopCounterMode(display=False) as counter:
         step()
     flops = split_flops({str(op): n for op, n in counter.get_flop_counts()["Global"].items()})
     times = [step()[0] for _ in range(repeats)]
