@@ -355,7 +355,7 @@ def _train_step(model_path: str, dtype: str, repeats: int) -> dict[str, Any]:
     config = quickstart_config(model_path, autocast=dtype == "bfloat16")
     backend = TorchBackend(config)
     step = quickstart_stepper(backend, config)
-    step()  # warm-up: the first step differs (a fresh optimizer, one-time allocations), so nothing counts it
+    step()  # warm-up; it also runs fewer matrix products than the steps after it, so the FLOPs are the second's
     with FlopCounterMode(display=False) as counter:
         step()
     flops = split_flops({str(op): n for op, n in counter.get_flop_counts()["Global"].items()})
