@@ -27,6 +27,7 @@ Writes benchmarks/results/roofline.json (`roofline_quick.json` with --quick).
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import math
@@ -174,7 +175,7 @@ MATMUL_OPS = ("mm", "addmm", "bmm")  # every matrix product of a decoder step di
 def product_flops(operands: tuple[Operand, ...]) -> int:
     """FLOPs of `mm(a, b)`, `addmm(bias, a, b)` or `bmm(a, b)`: the last two operands are the factors."""
     a, b = operands[-2].shape, operands[-1].shape
-    return 2 * math.prod(a) * b[-1]
+    return gemm_flops(math.prod(a[:-1]), a[-1], b[-1])  # a batch of `bmm` counts as more rows
 
 
 def record_products(fn: Callable[[], object]) -> dict[tuple[str, tuple[Operand, ...]], int]:
@@ -206,14 +207,14 @@ def replay_products(counts: Mapping[tuple[str, tuple[Operand, ...]], int], repea
     what the step's matmuls cost when nothing else runs, the kernels' own best at these shapes."""
     import torch
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for (op, operands), count in counts.items():
         tensors = [
             torch.empty_strided(o.shape, o.stride, dtype=getattr(torch, o.dtype)).normal_(std=0.02) for o in operands
         ]
         fn = getattr(torch.ops.aten, op).default
         with torch.no_grad():
-            seconds = best_seconds(lambda fn=fn, tensors=tensors: fn(*tensors), repeats)
+            seconds = best_seconds(functools.partial(fn, *tensors), repeats)
         flops = product_flops(operands)
         rows.append(
             {
